@@ -1,0 +1,21 @@
+"""Errors tvm-rl raises on bad input: each names what is wrong (file, op, target, output) and what to do."""
+
+
+class TvmRlError(Exception):
+    """Base class of every error tvm-rl raises on purpose."""
+
+
+class ModelImportError(TvmRlError):
+    """A model could not be turned into a Relax module (bad file, unsupported operator, export failure)."""
+
+
+class TargetError(TvmRlError):
+    """A target string or device that tvm-rl cannot use."""
+
+
+class BuildError(TvmRlError):
+    """TVM failed to compile a module for a target."""
+
+
+class MismatchError(TvmRlError):
+    """Outputs differ from the reference by more than the stated tolerance."""

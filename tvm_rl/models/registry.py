@@ -1,0 +1,56 @@
+"""The zoo's registry: each model is a function `size -> (nn.Module, example inputs)`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+SIZES = ("tiny", "full")
+
+Builder = Callable[[str], "tuple[torch.nn.Module, tuple[torch.Tensor, ...]]"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One zoo entry: a name, a family ("transformer" or "cnn"), and its builder."""
+
+    name: str
+    family: str
+    description: str
+    build: Builder
+
+
+_REGISTRY: dict[str, ModelSpec] = {}
+
+
+def register(name: str, family: str, description: str) -> Callable[[Builder], Builder]:
+    """Decorator adding a builder `fn(size) -> (module, inputs)` to the zoo under `name`."""
+
+    def wrap(fn: Builder) -> Builder:
+        if name in _REGISTRY:
+            raise ValueError(f"zoo model {name!r} registered twice")
+        _REGISTRY[name] = ModelSpec(name, family, description, fn)
+        return fn
+
+    return wrap
+
+
+def spec(name: str) -> ModelSpec:
+    """The zoo entry called `name`, or a ValueError listing the known names."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown zoo model {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def names(family: str | None = None) -> list[str]:
+    """Registered model names, in registration order, optionally of one family."""
+    return [n for n, s in _REGISTRY.items() if family is None or s.family == family]
+
+
+def pick(configs: dict, size: str):
+    """The configuration for `size`, with an error naming the sizes that exist."""
+    if size not in configs:
+        raise ValueError(f"unknown size {size!r}; choose one of {', '.join(configs)}")
+    return configs[size]
