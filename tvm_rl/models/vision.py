@@ -63,6 +63,7 @@ class BasicBlock(nn.Module):
     expansion = 1
 
     def __init__(self, cin: int, planes: int, stride: int, width: int, groups: int):
+        # `width` and `groups` only matter to Bottleneck; ResNet builds either block with the same call.
         super().__init__()
         self.conv1 = ConvBN(cin, planes, 3, stride, 1)
         self.conv2 = ConvBN(planes, planes, 3, 1, 1, act=None)

@@ -1,0 +1,113 @@
+"""A model's kernels as MetaSchedule tasks, tuned into one shared, resumable JSON database.
+
+Identical kernels (same structural hash) across models are tuned once: a task whose workload already has
+`trials_per_kernel` records in the database is skipped, and one with fewer gets only the remainder, so an
+interrupted run resumes where it stopped (MetaSchedule appends each record as it is measured).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tvm
+import tvm_ffi
+from tvm.s_tir import meta_schedule as ms
+
+from ..errors import TvmRlError
+from ..measure import kernel_stage, parse_target
+from .workers import PersistentBuilder
+
+log = logging.getLogger(__name__)
+
+
+def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target | str) -> list[ms.ExtractedTask]:
+    """The distinct kernels of `mod` as MetaSchedule tasks, keyed exactly as `measure.build` looks them up."""
+    target = parse_target(target)
+    return list(ms.relax_integration.extract_tasks(kernel_stage(mod, target), target))
+
+
+def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
+    """The JSON tuning database in `work_dir` (created if absent); a clear error if its files are corrupt."""
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    workloads, records = work_dir / "database_workload.json", work_dir / "database_tuning_record.json"
+    try:
+        return ms.database.JSONDatabase(str(workloads), str(records), allow_missing=True)
+    except Exception as err:
+        raise TvmRlError(f"tuning database in {work_dir} is unreadable ({err}); move {workloads.name} and "
+                         f"{records.name} aside to start a fresh one") from err
+
+
+def records_per_workload(database: ms.Database) -> Counter:
+    """How many tuning records the database holds for each workload (by structural hash)."""
+    return Counter(tvm_ffi.structural_hash(r.workload.mod) for r in database.get_all_tuning_records())
+
+
+_BUILDER: PersistentBuilder | None = None
+
+
+def shared_builder() -> PersistentBuilder:
+    """The process-wide PersistentBuilder (its workers start on first use)."""
+    global _BUILDER
+    if _BUILDER is None:
+        _BUILDER = PersistentBuilder()
+    return _BUILDER
+
+
+@dataclass
+class TuneReport:
+    """What a tuning call did: tasks seen, tasks tuned, trials asked for, seconds spent."""
+
+    tasks: int = 0
+    tuned: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    trials: int = 0
+    seconds: float = 0.0
+
+
+def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str | Path,
+               trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy="evolutionary",
+               seed: int = 0, op_filter: str | None = None, builder: ms.Builder | None = None,
+               runner: ms.Runner | str = "local") -> tuple[ms.Database, TuneReport]:
+    """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
+
+    `strategy` is anything MetaSchedule's `tune_tasks` accepts ("evolutionary", or a SearchStrategy object).
+    Returns the database (ready for `measure.build(..., database=...)`) and a report. The default builder
+    is a process-wide PersistentBuilder, so its warm workers serve every call.
+    """
+    target = parse_target(target)
+    work_dir = Path(work_dir)
+    database = open_database(work_dir)
+    report = TuneReport()
+    done = records_per_workload(database)
+    todo, budgets = [], []
+    for task in extract_tasks(mod, target):
+        report.tasks += 1
+        if op_filter and op_filter not in task.task_name:
+            continue
+        have = done.get(tvm_ffi.structural_hash(task.dispatched[0]), 0)
+        if have >= trials_per_kernel:
+            report.skipped.append(task.task_name)
+            continue
+        todo.append(task)
+        budgets.append(trials_per_kernel - have)
+    if not todo:
+        return database, report
+    start = time.perf_counter()
+    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        todo, str(work_dir / "ms_logs"), strategy=strategy, seed=seed)
+    # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
+    for budget in sorted(set(budgets)):
+        group = [i for i, b in enumerate(budgets) if b == budget]
+        ms.tune_tasks(
+            tasks=[contexts[i] for i in group], task_weights=[weights[i] for i in group],
+            work_dir=str(work_dir / "ms_logs"), max_trials_global=budget * len(group),
+            max_trials_per_task=budget, num_trials_per_iter=min(trials_per_iter, budget),
+            database=database, builder=builder or shared_builder(), runner=runner)
+        report.tuned += [todo[i].task_name for i in group]
+        report.trials += budget * len(group)
+    report.seconds = time.perf_counter() - start
+    return database, report
