@@ -34,7 +34,10 @@ def cuda_target(arch: str = "sm_90") -> tvm.target.Target:
     """A CUDA target for compute capability `arch` (e.g. "sm_80", "sm_90"), with the host set to LLVM."""
     if not arch.startswith("sm_"):
         raise TargetError(f"CUDA arch must look like 'sm_90', got {arch!r}")
-    return tvm.target.Target({"kind": "cuda", "arch": arch}, host={"kind": "llvm"})
+    # Stating the per-block limits (those of every sm_70+ GPU without opt-in) keeps dlight and MetaSchedule
+    # from guessing them with a warning.
+    return tvm.target.Target({"kind": "cuda", "arch": arch, "max_shared_memory_per_block": 49152,
+                              "max_threads_per_block": 1024, "thread_warp_size": 32}, host={"kind": "llvm"})
 
 
 def parse_target(spec: str | dict | tvm.target.Target) -> tvm.target.Target:

@@ -18,6 +18,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..errors import TvmRlError
 from ..measure import kernel_stage, parse_target
+from .exhaustion import StopWhenExhausted
 from .workers import PersistentBuilder
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,13 @@ def records_per_workload(database: ms.Database) -> Counter:
     return Counter(tvm_ffi.structural_hash(r.workload.mod) for r in database.get_all_tuning_records())
 
 
+def default_strategy() -> ms.SearchStrategy:
+    """MetaSchedule's evolutionary search, with the initial population drawn with fewer retries than its
+    defaults (50 unmeasured, 5 failures), which on small spaces spend most of a 2-core machine's time failing
+    to find more distinct schedules than exist. Mutation, cost model and selection are MetaSchedule's own."""
+    return ms.search_strategy.EvolutionarySearch(population_size=512, init_min_unmeasured=16, max_fail_count=2)
+
+
 _BUILDER: PersistentBuilder | None = None
 
 
@@ -69,12 +77,13 @@ class TuneReport:
 
 
 def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str | Path,
-               trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy="evolutionary",
+               trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy: ms.SearchStrategy | None = None,
                seed: int = 0, op_filter: str | None = None, builder: ms.Builder | None = None,
                runner: ms.Runner | str = "local") -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
 
-    `strategy` is anything MetaSchedule's `tune_tasks` accepts ("evolutionary", or a SearchStrategy object).
+    `strategy` is a MetaSchedule SearchStrategy; by default `default_strategy()` (evolutionary search). It is
+    wrapped so that a task whose space is exhausted ends instead of being re-searched for nothing.
     Returns the database (ready for `measure.build(..., database=...)`) and a report. The default builder
     is a process-wide PersistentBuilder, so its warm workers serve every call.
     """
@@ -98,7 +107,7 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
         return database, report
     start = time.perf_counter()
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        todo, str(work_dir / "ms_logs"), strategy=strategy, seed=seed)
+        todo, str(work_dir / "ms_logs"), strategy=StopWhenExhausted(strategy or default_strategy()), seed=seed)
     # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
     for budget in sorted(set(budgets)):
         group = [i for i, b in enumerate(budgets) if b == budget]

@@ -1,0 +1,62 @@
+"""Tuning into the shared database: exhausted spaces end, identical kernels are tuned once, runs resume."""
+import json
+
+import pytest
+
+from tvm_rl import measure, models
+from tvm_rl.tune import extract_tasks, open_database, tune_model
+from tvm_rl.tune.exhaustion import StopWhenExhausted
+from tvm_rl.tune.tasks import records_per_workload
+
+
+class FakeStrategy:
+    def __init__(self, sizes):
+        self.sizes = list(sizes)
+
+    def pre_tuning(self, *args):
+        pass
+
+    def generate_measure_candidates(self):
+        return [object()] * self.sizes.pop(0) if self.sizes else None
+
+
+def test_short_or_empty_batch_ends_the_task():
+    # `_inst` is the Python object behind TVM's derived-object wrapper (whose FFI checks candidate types).
+    full_then_short = StopWhenExhausted(FakeStrategy([8, 3, 8]))._inst
+    full_then_short.pre_tuning(64, 8, [], None, None)
+    assert [len(full_then_short.generate_measure_candidates()) for _ in range(2)] == [8, 3]
+    assert full_then_short.generate_measure_candidates() is None
+    empty = StopWhenExhausted(FakeStrategy([0, 8]))._inst
+    empty.pre_tuning(64, 8, [], None, None)
+    assert empty.generate_measure_candidates() is None
+
+
+def test_tasks_follow_the_build_kernels(cpu):
+    model = models.load("bert", "tiny")
+    names = {t.task_name for t in extract_tasks(model.mod, cpu)}
+    assert any("matmul" in n for n in names) and any("softmax" in n for n in names)
+
+
+def test_corrupt_database_is_named(tmp_path):
+    (tmp_path / "database_workload.json").write_text("{not json\n")
+    (tmp_path / "database_tuning_record.json").write_text("")
+    with pytest.raises(Exception, match="tuning database in .* is unreadable"):
+        open_database(tmp_path)
+
+
+@pytest.mark.slow
+def test_tune_build_and_resume(cpu, tmp_path):
+    model = models.load("bert", "tiny")
+    db, report = tune_model(model.mod, cpu, tmp_path, trials_per_kernel=4, trials_per_iter=4,
+                            op_filter="fused_matmul_add")
+    assert report.tuned == ["fused_matmul_add"] and report.trials == 4
+    counts = records_per_workload(db)
+    assert sum(counts.values()) >= 1
+    lines = (tmp_path / "database_tuning_record.json").read_text().splitlines()
+    assert all(json.loads(line) for line in lines)  # appended record by record, each a whole JSON line
+    # Tuned kernels replace the default ones and the model still computes the same function.
+    runner = measure.Runner(measure.build(model.mod, cpu, database=db), cpu)
+    measure.assert_close(runner(model.inputs), model.reference_outputs())
+    # A second run with the same budget finds the work done: nothing is measured again.
+    _, again = tune_model(model.mod, cpu, tmp_path, trials_per_kernel=4, op_filter="fused_matmul_add")
+    assert again.tuned == [] and again.skipped == ["fused_matmul_add"] and again.trials == 0
