@@ -45,11 +45,12 @@ def test_corrupt_database_is_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_tune_build_and_resume(cpu, tmp_path):
+def test_tune_build_and_resume(cpu, tmp_path, capsys):
     model = models.load("bert", "tiny")
     db, report = tune_model(model.mod, cpu, tmp_path, trials_per_kernel=4, trials_per_iter=4,
                             op_filter="fused_matmul_add")
     assert report.tuned == ["fused_matmul_add"] and report.trials == 4
+    assert "fused_matmul_add (1/1): 4 trials, best" in capsys.readouterr().out  # one progress line per batch
     counts = records_per_workload(db)
     assert sum(counts.values()) >= 1
     lines = (tmp_path / "database_tuning_record.json").read_text().splitlines()

@@ -19,9 +19,9 @@ from tvm.s_tir import meta_schedule as ms
 from ..errors import TvmRlError
 from ..measure import kernel_stage, parse_target
 from .exhaustion import StopWhenExhausted
+from .progress import ProgressLine
 from .workers import PersistentBuilder
 
-log = logging.getLogger(__name__)
 
 
 def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target | str) -> list[ms.ExtractedTask]:
@@ -79,13 +79,14 @@ class TuneReport:
 def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str | Path,
                trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy: ms.SearchStrategy | None = None,
                seed: int = 0, op_filter: str | None = None, builder: ms.Builder | None = None,
-               runner: ms.Runner | str = "local") -> tuple[ms.Database, TuneReport]:
+               runner: ms.Runner | str = "local", verbose: bool = False) -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
 
     `strategy` is a MetaSchedule SearchStrategy; by default `default_strategy()` (evolutionary search). It is
     wrapped so that a task whose space is exhausted ends instead of being re-searched for nothing.
     Returns the database (ready for `measure.build(..., database=...)`) and a report. The default builder
-    is a process-wide PersistentBuilder, so its warm workers serve every call.
+    is a process-wide PersistentBuilder, so its warm workers serve every call. Progress is one line per
+    measured batch; MetaSchedule's own per-task tables go to `work_dir/ms_logs` (and the console if `verbose`).
     """
     target = parse_target(target)
     work_dir = Path(work_dir)
@@ -106,13 +107,17 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     if not todo:
         return database, report
     start = time.perf_counter()
+    if not verbose:
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
         todo, str(work_dir / "ms_logs"), strategy=StopWhenExhausted(strategy or default_strategy()), seed=seed)
     # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
     for budget in sorted(set(budgets)):
         group = [i for i, b in enumerate(budgets) if b == budget]
+        callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
+                     ProgressLine("  ", [todo[i].task_name for i in group])]
         ms.tune_tasks(
-            tasks=[contexts[i] for i in group], task_weights=[weights[i] for i in group],
+            measure_callbacks=callbacks, tasks=[contexts[i] for i in group], task_weights=[weights[i] for i in group],
             work_dir=str(work_dir / "ms_logs"), max_trials_global=budget * len(group),
             max_trials_per_task=budget, num_trials_per_iter=min(trials_per_iter, budget),
             database=database, builder=builder or shared_builder(), runner=runner)
