@@ -19,6 +19,7 @@ from tvm.s_tir import meta_schedule as ms
 from ..errors import TvmRlError
 from ..measure import kernel_stage, parse_target
 from .exhaustion import StopWhenExhausted
+from .intrin import preload_tensor_intrinsics
 from .progress import ProgressLine
 from .workers import PersistentBuilder
 
@@ -107,6 +108,7 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     if not todo:
         return database, report
     start = time.perf_counter()
+    preload_tensor_intrinsics()
     if not verbose:
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(

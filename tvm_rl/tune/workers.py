@@ -1,7 +1,7 @@
 """Builders and runners that keep their worker processes alive across measurement batches.
 
 MetaSchedule's LocalBuilder starts a fresh process pool for every batch, and each new worker imports
-`tvm.s_tir.tensor_intrin` (about 28 s on this 2-core machine) inside the build's 30 s timeout, so on a slow
+`tvm.s_tir.tensor_intrin` (28-70 s on this 2-core machine) inside the build's 30 s timeout, so on a slow
 machine every candidate times out. Keeping one pool whose initializer pays that import once, untimed, makes
 builds cost only the compile itself.
 """
@@ -16,7 +16,9 @@ from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 
 def _warm_worker() -> None:
-    import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the tensorize intrinsics schedules may name)
+    from tvm_rl.tune.intrin import preload_tensor_intrinsics
+
+    preload_tensor_intrinsics()  # registers the tensorize intrinsics schedules may name
 
 
 @derived_object
