@@ -77,3 +77,14 @@ def test_unsupported_torch_operator_is_named():
 
     with pytest.raises(ModelImportError, match="bessel_j0"):
         models.from_torch(Odd(), (torch.randn(3),), name="odd")
+
+
+def test_model_with_several_outputs():
+    class Two(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x), x * 2
+
+    model = models.from_torch(Two(), (torch.randn(3, 4),), name="two")
+    out = measure.Runner(measure.build(model.mod, "llvm"), "llvm")(model.inputs)
+    assert len(out) == 2
+    measure.assert_close(out, model.reference_outputs())

@@ -157,7 +157,7 @@ def build(mod: tvm.IRModule, target: tvm.target.Target | str, database=None):
 def _to_numpy(out) -> list[np.ndarray]:
     if isinstance(out, tvm.runtime.Tensor):
         return [out.numpy()]
-    if isinstance(out, (list, tuple, tvm.ffi.Array)):
+    if isinstance(out, (list, tuple, tvm_ffi.Array)):
         return [y for x in out for y in _to_numpy(x)]
     raise TypeError(f"unexpected VM output {type(out).__name__}")
 
