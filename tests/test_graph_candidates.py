@@ -1,0 +1,107 @@
+"""Candidate enumeration: every (rule, match) applied, deduplicated by structural hash, capped, in order."""
+import pytest
+import tvm_ffi
+
+from tvm import relax
+
+from tvm_rl.graph import testing as T
+from tvm_rl.graph.candidates import enumerate_candidates
+from tvm_rl.graph.rules import Rule, RuleError, all_rules, get_rule
+
+R = relax.op
+
+
+def triple_permute():
+    """Three transposes in a row: composing the first two or the last two gives the same graph."""
+    def body(e, x):
+        a = e(R.permute_dims(x, [1, 0]))
+        b = e(R.permute_dims(a, [1, 0]))
+        return e(R.nn.relu(e(R.permute_dims(b, [1, 0]))))
+
+    return T.module(body, [(2, 3)])
+
+
+def test_equal_results_are_one_candidate_keeping_the_first():
+    mod = triple_permute()
+    rule = get_rule("permute_compose")
+    first, second = rule.matches(mod)
+    cs = enumerate_candidates(mod, [rule])
+    assert (cs.n_matches, len(cs), cs.duplicates, cs.unchanged, cs.truncated) == (2, 1, 1, 0, 0)
+    assert cs[0].match == first and cs[0].rule is rule
+    assert tvm_ffi.structural_equal(cs[0].mod, rule.apply(mod, second))
+
+
+class NoOp(Rule):
+    """Offers every relu and rewrites nothing (not registered)."""
+
+    name = "noop"
+
+    def find(self, g):
+        return [self.match((n,), n) for n, _ in g.calls("relax.nn.relu")]
+
+    def rewrite(self, g, m, edit):
+        pass
+
+
+class Dangling(Rule):
+    """Removes a binding that is still read: an ill-formed result (not registered)."""
+
+    name = "dangling"
+
+    def find(self, g):
+        return [self.match((n,), n) for n, _ in g.calls("relax.permute_dims")][:1]
+
+    def rewrite(self, g, m, edit):
+        edit.remove(m.names[0])
+
+
+def test_results_equal_to_the_input_are_counted_not_offered():
+    cs = enumerate_candidates(T.dedup_graph(), [NoOp()])
+    assert (cs.n_matches, len(cs), cs.unchanged) == (3, 0, 3)
+
+
+def test_cap_keeps_the_first_and_counts_what_was_cut():
+    mod = T.identity_arith_graph()
+    full = enumerate_candidates(mod)
+    assert full.n_matches == len(full) == 4 and full.truncated == 0
+    for cap in (0, 1, 3, 4, 10):
+        cs = enumerate_candidates(mod, cap=cap)
+        assert len(cs) == min(cap, 4) and cs.truncated == 4 - min(cap, 4)
+        assert [c.match for c in cs] == [c.match for c in full][:cap]
+    with pytest.raises(ValueError):
+        enumerate_candidates(mod, cap=-1)
+
+
+def test_order_is_rules_then_program_order_and_repeatable():
+    mod = T.dedup_graph()  # dedup twice, identity_shape_op once (permute_dims(y, [0, 1]))
+    a = enumerate_candidates(mod)
+    b = enumerate_candidates(mod)
+    assert [(c.rule.name, c.match) for c in a] == [(c.rule.name, c.match) for c in b]
+    order = [r.name for r in all_rules()]
+    ranks = [order.index(c.rule.name) for c in a]
+    assert ranks == sorted(ranks) and {c.rule.name for c in a} == {"dedup", "identity_shape_op"}
+    rev = enumerate_candidates(mod, list(reversed(all_rules())))
+    assert [c.rule.name for c in rev] == ["dedup", "dedup", "identity_shape_op"]
+    assert [c.match.names for c in a if c.rule.name == "dedup"] == [("lv", "lv1"), ("lv3", "lv4")]
+
+
+def test_candidates_are_well_formed_distinct_and_add_up():
+    for name, graph in T.EXAMPLES.items():
+        mod = graph()
+        cs = enumerate_candidates(mod)
+        assert len(cs) + cs.duplicates + cs.unchanged + cs.truncated == cs.n_matches
+        assert any(c.rule.name == name for c in cs), name
+        hashes = [c.structural_hash for c in cs]
+        assert len(set(hashes)) == len(hashes)
+        for c in cs:
+            assert c.structural_hash == tvm_ffi.structural_hash(c.mod)
+            assert relax.analysis.check_well_formed(c.mod)
+        assert "candidates from" in cs.summary()
+
+
+def test_a_failing_rule_raises_or_is_recorded():
+    mod = T.permute_graph()
+    with pytest.raises(RuleError, match="ill-formed"):
+        enumerate_candidates(mod, [Dangling()])
+    cs = enumerate_candidates(mod, [Dangling(), get_rule("permute_compose")], strict=False)
+    assert len(cs.errors) == 1 and len(cs) == 2

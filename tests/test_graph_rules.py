@@ -1,0 +1,134 @@
+"""Rule families on the tiny zoo models: every match applied, checked numerically against the original.
+
+Each model's original and rewritten variants are compiled together in one build (see graph.verify), which
+keeps the whole file to about a minute; the slow test checks every single match on its own as well.
+"""
+import pytest
+
+from tvm import relax
+from tvm.ir import Call
+
+from tvm_rl import models
+from tvm_rl.graph import testing as T
+from tvm_rl.graph.rules import all_rules, get_rule
+from tvm_rl.graph.verify import compare_variants
+
+ZOO = ["bert", "vit", "resnet18", "resnext50", "mobilenet_v2", "inception_v3", "squeezenet1_1"]
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = models.load(name, "tiny").mod
+        return cache[name]
+
+    return get
+
+
+def op_count(mod, op):
+    return sum(1 for b in mod["main"].body.blocks[0].bindings
+               if isinstance(b.value, Call) and getattr(b.value.op, "name", None) == op)
+
+
+def saturate(mod, names, limit=200):
+    """Apply the first match of the first rule in `names` that has one, until none has."""
+    rules = [get_rule(n) for n in names]
+    for _ in range(limit):
+        for rule in rules:
+            found = rule.matches(mod)
+            if found:
+                mod = rule.apply(mod, found[0], check=False)
+                break
+        else:
+            assert relax.analysis.check_well_formed(mod)
+            return mod
+    raise AssertionError(f"{names} did not saturate in {limit} steps")
+
+
+def apply_each(mod, names):
+    """Apply all matches of each rule in `names`, rule after rule."""
+    for name in names:
+        mod, _ = get_rule(name).apply_all(mod)
+    return mod
+
+
+def assert_exact(mod, variants):
+    results = compare_variants(mod, variants)
+    bad = {k: c for k, c in results.items() if not c.ok}
+    assert not bad, f"rewrites changed the result: {bad}"
+
+
+def chains(name, mod):
+    """Multi-step rewrites of a model (what a search would do), each checked for what it should achieve."""
+    out = {}
+    if name == "bert":
+        qkv = apply_each(mod, ["dedup", "merge_parallel_matmul"])
+        assert op_count(qkv, "relax.matmul") == op_count(mod, "relax.matmul") - 4  # Q/K/V -> 1, two layers
+        scaled = saturate(mod, ["scalar_mul_motion"])
+        assert op_count(scaled, "relax.multiply") == 0  # the attention scale now lives in the Q weights
+        out.update(qkv=qkv, scale_into_weight=scaled)
+    if name in ("resnet18", "inception_v3"):
+        merged = apply_each(mod, ["fold_batchnorm", "enlarge_conv_kernel", "merge_parallel_conv2d"])
+        assert op_count(merged, "relax.nn.batch_norm") == 0
+        assert op_count(merged, "relax.nn.conv2d") < op_count(mod, "relax.nn.conv2d")
+        out["fold_enlarge_merge"] = merged
+    if name == "squeezenet1_1":
+        fire = apply_each(mod, ["enlarge_conv_kernel", "merge_parallel_conv2d", "activation_out_of_concat",
+                                "split_concat_cancel"])
+        # Each fire module's expand1x1 + expand3x3 + two relus + concat became one conv + relu.
+        assert op_count(fire, "relax.concat") == 0
+        assert op_count(fire, "relax.nn.conv2d") == op_count(mod, "relax.nn.conv2d") - op_count(mod, "relax.concat")
+        out["fire_merge"] = fire
+    return out
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_every_family_is_exact_at_every_zoo_match(name, zoo):
+    """Per family: each match applied alone gives a well-formed, changed module; all matches applied one
+    after another give a module that computes the same outputs. Plus the model's multi-step chains."""
+    mod = zoo(name)
+    variants = {}
+    for rule in all_rules():
+        found = rule.matches(mod)
+        if not found:
+            continue
+        for match in found:
+            assert not rule.apply(mod, match).same_as(mod)  # apply checks well-formedness itself
+        combined, applied = rule.apply_all(mod)
+        assert applied == found, f"{rule.name}: a match was lost while applying the others"
+        variants[rule.name] = combined
+    variants.update(chains(name, mod))
+    assert_exact(mod, variants)
+
+
+def test_families_match_where_the_zoo_says(zoo):
+    counts = {n: {r.name: len(r.matches(zoo(n))) for r in all_rules()} for n in ZOO}
+    for n in ZOO:
+        # Every conv2d -> batch_norm of the zoo is an inference BN with constant statistics.
+        assert counts[n]["fold_batchnorm"] == op_count(zoo(n), "relax.nn.batch_norm")
+    for n in ("bert", "vit"):
+        assert counts[n]["scalar_mul_motion"] == 2  # one attention scale per layer
+        assert counts[n]["permute_compose"] == 2  # K's head split then transpose, per layer
+        assert counts[n]["dedup"] == 4  # Q/K/V each reshape the same input
+        assert counts[n]["merge_parallel_matmul"] == 0  # ... so they share it only after dedup
+    assert counts["squeezenet1_1"]["enlarge_conv_kernel"] == op_count(zoo("squeezenet1_1"), "relax.concat")
+    assert counts["squeezenet1_1"]["activation_out_of_concat"] == op_count(zoo("squeezenet1_1"), "relax.concat")
+    assert counts["resnet18"]["enlarge_conv_kernel"] == 3  # the downsample 1x1 beside each stride-2 3x3
+    assert counts["inception_v3"]["merge_parallel_conv2d"] >= 3  # the 1x1 heads of the mixed blocks
+    assert counts["mobilenet_v2"]["merge_parallel_conv2d"] == 0  # depthwise (groups > 1) never merges
+    # Every family matches somewhere: in the zoo, or at least in its small example graph.
+    for rule in all_rules():
+        in_zoo = sum(c[rule.name] for c in counts.values())
+        assert in_zoo or rule.matches(T.EXAMPLES[rule.name]()), rule.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ZOO)
+def test_every_zoo_match_alone_is_exact(name, zoo):
+    mod = zoo(name)
+    variants = {str(m): r.apply(mod, m) for r in all_rules() for m in r.matches(mod)}
+    assert_exact(mod, variants)
+

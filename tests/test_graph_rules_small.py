@@ -1,0 +1,463 @@
+"""Every rule family on a small hand-built graph: numerically exact at every match, a deliberately broken
+variant of it caught by the same check, unsafe places not offered, and random shapes via hypothesis."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tvm import relax
+from tvm.ir import TupleGetItem
+
+from tvm_rl.graph import testing as T
+from tvm_rl.graph.rules import all_rules, get_rule, rule_names
+from tvm_rl.graph.rules import concat, conv, layout, matmul, simplify
+from tvm_rl.graph.rules.ir import const, static_shape
+from tvm_rl.graph.verify import compare_variants
+
+R = relax.op
+HYPOTHESIS = settings(max_examples=6, deadline=None, derandomize=True,
+                      suppress_health_check=[HealthCheck.too_slow])
+
+
+def assert_exact(mod, variants):
+    """Every variant computes what `mod` does (rtol 1e-4, atol 1e-4 of the output scale)."""
+    results = compare_variants(mod, variants)
+    bad = {k: c for k, c in results.items() if not c.ok}
+    assert not bad, f"rewrites changed the result: {bad}"
+
+
+def check_family(name, mod, min_matches=1):
+    """Apply `name` at each of its matches alone and at all of them, and check every result."""
+    rule = get_rule(name)
+    found = rule.matches(mod)
+    assert len(found) >= min_matches, f"{name} matched {len(found)} places"
+    variants = {str(m): rule.apply(mod, m) for m in found}
+    combined, applied = rule.apply_all(mod)
+    variants["all"] = combined
+    assert applied
+    for key, new in variants.items():
+        assert not new.same_as(mod) and relax.analysis.check_well_formed(new), key
+    assert_exact(mod, variants)
+    return found
+
+
+def test_every_family_has_an_example_graph():
+    assert set(T.EXAMPLES) == set(rule_names())
+    assert len(rule_names()) >= 10
+
+
+@pytest.mark.parametrize("name", list(T.EXAMPLES))
+def test_family_is_exact_at_every_match_of_its_example(name):
+    check_family(name, T.EXAMPLES[name]())
+
+
+def test_examples_match_what_they_say():
+    counts = {r.name: len(r.matches(T.EXAMPLES[r.name]())) for r in all_rules()}
+    assert counts == {
+        "split_concat_cancel": 1, "activation_into_concat": 1, "activation_out_of_concat": 2,
+        "fold_batchnorm": 1, "merge_parallel_conv2d": 1, "enlarge_conv_kernel": 1, "permute_compose": 2,
+        "reshape_compose": 2, "identity_shape_op": 3, "fold_const_transform": 2, "merge_parallel_matmul": 1,
+        "scalar_mul_motion": 1, "identity_arith": 4, "dedup": 2}
+
+
+# ------------------------------------------------------------------------------- broken variants fail
+
+
+def _swap_first_two_parts(edit):
+    """Wire split part 0 to the first merged output's readers and part 1 to the second's, swapped."""
+    targets = [n for n in edit.alias]
+    a, b = targets[0], targets[1]
+    edit.alias[a], edit.alias[b] = edit.alias[b], edit.alias[a]
+
+
+class BrokenFoldBatchNorm(conv.FoldBatchNorm):
+    def rewrite(self, g, m, edit):  # forgets the shift beta - mean * scale
+        super().rewrite(g, m, edit)
+        conv_name, _, item = m.names
+        edit.set_value(item, g.vars[conv_name])
+
+
+class BrokenMergeConv(conv.MergeParallelConv2D):
+    def rewrite(self, g, m, edit):  # split parts handed out in the wrong order
+        super().rewrite(g, m, edit)
+        _swap_first_two_parts(edit)
+
+
+class BrokenEnlarge(conv.EnlargeConvKernel):
+    def rewrite(self, g, m, edit):  # the 1x1 tap put in the kernel's corner instead of its centre
+        (name,), (kh, kw) = m.names, m.params
+        c = conv.plain_conv(g, name)
+        weight = np.zeros((*c["weight"].shape[:2], kh, kw), "float32")
+        weight[:, :, 0, 0] = c["weight"][:, :, 0, 0]
+        edit.set_value(name, conv.make_conv(c["x"], const(weight, "float32"), c, padding=(1, 1, 1, 1)))
+
+
+class BrokenMergeMatmul(matmul.MergeParallelMatmul):
+    def rewrite(self, g, m, edit):
+        super().rewrite(g, m, edit)
+        _swap_first_two_parts(edit)
+
+
+class BrokenScalarMotion(matmul.ScalarMulMotion):
+    def rewrite(self, g, m, edit):  # moves the factor but also keeps the multiply: scales twice
+        super().rewrite(g, m, edit)
+        edit.drop.discard(m.names[0])
+        edit.alias.pop(m.names[0], None)
+
+
+class BrokenPermuteCompose(layout.PermuteCompose):
+    def rewrite(self, g, m, edit):  # composes the permutations in the wrong order
+        inner_name, name = m.names
+        inner, outer = g.values[inner_name], g.values[name]
+        p1, p2 = [int(a) for a in inner.attrs.axes], [int(a) for a in outer.attrs.axes]
+        edit.set_value(name, R.permute_dims(inner.args[0], [p2[k] for k in p1]))
+
+
+class BrokenReshapeCompose(layout.ReshapeCompose):
+    def find(self, g):  # treats permute_dims like a reshape: reshape(permute(x)) -> reshape(x)
+        out = []
+        for name, call in g.calls("relax.reshape"):
+            if g.call(call.args[0], "relax.permute_dims") is not None:
+                out.append(self.match((call.args[0].name, name), "bad"))
+        return out
+
+
+class BrokenIdentityShape(layout.IdentityShapeOps):
+    def find(self, g):  # "same shape in, same shape out" taken as a no-op, also for a transpose
+        return [self.match((n,), "bad") for n, c in g.calls("relax.permute_dims")
+                if static_shape(c.args[0].ty) == static_shape(g.vars[n].ty)]
+
+
+class BrokenConstTransform(layout.FoldConstTransform):
+    def rewrite(self, g, m, edit):  # forgets to apply the transpose to the constant
+        (name,) = m.names
+        raw = g.values[name].args[0]
+        for user in set(g.users[name]):
+            edit.set_value(user, layout.substitute(g.values[user], {name: raw}))
+
+
+class BrokenIdentityArith(simplify.IdentityArith):
+    def find(self, g):  # any scalar constant taken as neutral
+        return [self.match((n,), "bad", (0,)) for n, c in g.calls("relax.multiply")
+                if g.const(c.args[1]) is not None and g.const(c.args[1]).size == 1]
+
+
+class BrokenDedup(simplify.DedupOps):
+    def find(self, g):  # compares the operator only, not the arguments
+        seen, out = {}, []
+        for n, c in g.calls("relax.nn.relu"):
+            if "relu" in seen:
+                out.append(self.match((seen["relu"], n), "bad"))
+            seen.setdefault("relu", n)
+        return out
+
+
+class BrokenSplitConcat(concat.SplitConcatCancel):
+    def find(self, g):  # accepts the parts in any order
+        out = []
+        for n, c in g.calls("relax.concat"):
+            items = [g.values[f.name] for f in concat.concat_fields(g, c)]
+            if all(isinstance(i, TupleGetItem) for i in items):
+                out.append(self.match((items[0].tuple_value.name, n), "bad"))
+        return out
+
+
+class BrokenActIntoConcat(concat.ActivationIntoConcat):
+    def rewrite(self, g, m, edit):  # applies the activation to the first part only
+        cat_name, name = m.names
+        act, cat = g.values[name], g.values[cat_name]
+        fields = concat.concat_fields(g, cat)
+        first = edit.emit(name, concat.with_args(act, [fields[0]]), "p")
+        edit.set_value(name, concat.with_args(cat, [relax.Tuple([first, *fields[1:]])]))
+
+
+class BrokenActOutOfConcat(concat.ActivationOutOfConcat):
+    def find(self, g):  # ignores the activation's extra arguments (clip bounds)
+        return [self.match((n,), "bad") for n, c in g.calls("relax.concat")
+                if all(g.call(f, *concat.ACTIVATIONS) is not None for f in concat.concat_fields(g, c))]
+
+
+BROKEN = {
+    "fold_batchnorm": (BrokenFoldBatchNorm, T.bn_graph),
+    "merge_parallel_conv2d": (BrokenMergeConv, lambda: T.merge_conv_graph(outs=(4, 4))),
+    "enlarge_conv_kernel": (BrokenEnlarge, T.enlarge_graph),
+    "merge_parallel_matmul": (BrokenMergeMatmul, lambda: T.merge_matmul_graph(outs=(4, 4, 4))),
+    "scalar_mul_motion": (BrokenScalarMotion, T.scale_graph),
+    "permute_compose": (BrokenPermuteCompose, lambda: T.permute_graph((3, 3, 3), [((1, 2, 0), (1, 0, 2))])),
+    "reshape_compose": (BrokenReshapeCompose,
+                        lambda: T.module(lambda e, x: e(R.reshape(e(R.permute_dims(x, [1, 0])), (6,))),
+                                         [(2, 3)])),
+    "identity_shape_op": (BrokenIdentityShape,
+                          lambda: T.module(lambda e, x: e(R.nn.relu(e(R.permute_dims(x, [1, 0])))), [(4, 4)])),
+    "fold_const_transform": (BrokenConstTransform,
+                             lambda: T.module(lambda e, x: e(R.matmul(x, e(R.permute_dims(
+                                 T.rand(np.random.default_rng(0), 8, 8), [1, 0])))), [(3, 8)])),
+    "identity_arith": (BrokenIdentityArith, T.identity_arith_graph),
+    "dedup": (BrokenDedup, T.dedup_graph),
+    "split_concat_cancel": (BrokenSplitConcat, lambda: T.split_concat_graph(order=(1, 0, 2))),
+    "activation_into_concat": (BrokenActIntoConcat, T.act_into_concat_graph),
+    "activation_out_of_concat": (BrokenActOutOfConcat, lambda: T.act_out_of_concat_graph(hi=(6.0, 1.0))),
+}
+
+
+def test_every_family_has_a_broken_variant():
+    assert set(BROKEN) == set(rule_names())
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_broken_variant_fails_the_numerical_check(name):
+    broken_cls, graph = BROKEN[name]
+    mod = graph()
+    broken = broken_cls()
+    found = broken.matches(mod)
+    assert found, f"the broken {name} must match its trap graph"
+    variants = {str(m): broken.apply(mod, m, check=False) for m in found}
+    results = compare_variants(mod, variants)
+    assert any(not c.ok for c in results.values()), f"broken {name} went unnoticed: {results}"
+    # The real rule, on the same graph, stays exact wherever it applies.
+    good = get_rule(name)
+    if good.matches(mod):
+        assert_exact(mod, {"good": good.apply_all(mod)[0]})
+
+
+# --------------------------------------------------------------------------- unsafe matches not offered
+
+
+def test_matmul_with_a_second_reader_is_not_merged():
+    rng = np.random.default_rng(0)
+
+    def body(e, x):
+        a = e(R.matmul(x, T.rand(rng, 8, 4)))
+        b = e(R.matmul(x, T.rand(rng, 8, 4)))
+        return [e(R.nn.relu(a)), e(R.nn.gelu(a)), b]  # a has two readers
+
+    mod = T.module(body, [(3, 8)])
+    assert get_rule("merge_parallel_matmul").matches(mod) == []
+    # Without the second reader the same pair is merged.
+    mod2 = T.module(lambda e, x: [e(R.matmul(x, T.rand(rng, 8, 4))), e(R.matmul(x, T.rand(rng, 8, 4)))],
+                    [(3, 8)])
+    assert len(get_rule("merge_parallel_matmul").matches(mod2)) == 1
+
+
+def test_matmul_merge_needs_constant_weights_and_only_merges_bias_when_all_have_one():
+    rng = np.random.default_rng(0)
+    mod = T.module(lambda e, x, w: [e(R.matmul(x, w)), e(R.matmul(x, T.rand(rng, 8, 4)))], [(3, 8), (8, 4)])
+    assert get_rule("merge_parallel_matmul").matches(mod) == []
+    mixed = T.module(lambda e, x: [e(R.add(e(R.matmul(x, T.rand(rng, 8, 4))), T.rand(rng, 4))),
+                                   e(R.matmul(x, T.rand(rng, 8, 4)))], [(3, 8)])
+    (m,) = get_rule("merge_parallel_matmul").matches(mixed)
+    assert m.params == (False,)
+    # A bias that varies along the rows (shape (3, 4)) is not a per-column bias: not absorbed.
+    rowwise = T.module(lambda e, x: [e(R.add(e(R.matmul(x, T.rand(rng, 8, 4))), T.rand(rng, 3, 4))),
+                                     e(R.add(e(R.matmul(x, T.rand(rng, 8, 4))), T.rand(rng, 4)))], [(3, 8)])
+    (m,) = get_rule("merge_parallel_matmul").matches(rowwise)
+    assert m.params == (False,)
+    assert_exact(rowwise, {"merged": get_rule("merge_parallel_matmul").apply(rowwise, m)})
+
+
+def test_batch_norm_without_constant_params_or_in_training_is_not_folded():
+    rng = np.random.default_rng(0)
+    w = T.rand(rng, 4, 3, 3, 3)
+
+    def bn(e, x, gamma, training=False, read=0):
+        y = e(R.nn.conv2d(x, w, padding=1))
+        t = e(R.nn.batch_norm(y, gamma, T.rand(rng, 4), T.rand(rng, 4), T.rand(rng, 4, low=0.5, high=1.5),
+                              axis=1, training=training))
+        return e(TupleGetItem(t, read))
+
+    fold = get_rule("fold_batchnorm")
+    assert fold.matches(T.module(lambda e, x, g: bn(e, x, g), [(1, 3, 6, 6), (4,)])) == []
+    assert fold.matches(T.module(lambda e, x: bn(e, x, T.rand(rng, 4), training=True), [(1, 3, 6, 6)])) == []
+    # Reading the running mean (output 1) pins the batch_norm.
+    assert fold.matches(T.module(lambda e, x: bn(e, x, T.rand(rng, 4), read=1), [(1, 3, 6, 6)])) == []
+    assert len(fold.matches(T.module(lambda e, x: bn(e, x, T.rand(rng, 4)), [(1, 3, 6, 6)]))) == 1
+
+
+def test_conv_with_a_second_reader_of_its_output_is_not_folded():
+    mod = T.bn_graph()
+    fold = get_rule("fold_batchnorm")
+    rng = np.random.default_rng(0)
+
+    def body(e, x):
+        y = e(R.nn.conv2d(x, T.rand(rng, 4, 3, 3, 3), padding=1))
+        t = e(R.nn.batch_norm(y, T.rand(rng, 4), T.rand(rng, 4), T.rand(rng, 4), T.rand(rng, 4, low=.5, high=1.5),
+                              axis=1, training=False))
+        return [e(TupleGetItem(t, 0)), y]
+
+    assert len(fold.matches(mod)) == 1 and fold.matches(T.module(body, [(1, 3, 6, 6)])) == []
+
+
+def test_convs_with_different_attributes_or_groups_are_not_merged():
+    rng = np.random.default_rng(0)
+    merge = get_rule("merge_parallel_conv2d")
+    stride = T.module(lambda e, x: [e(R.nn.conv2d(x, T.rand(rng, 4, 4, 3, 3), padding=1)),
+                                    e(R.nn.conv2d(x, T.rand(rng, 4, 4, 3, 3), strides=2, padding=1))],
+                      [(1, 4, 6, 6)])
+    grouped = T.module(lambda e, x: [e(R.nn.conv2d(x, T.rand(rng, 4, 2, 3, 3), padding=1, groups=2)),
+                                     e(R.nn.conv2d(x, T.rand(rng, 4, 2, 3, 3), padding=1, groups=2))],
+                       [(1, 4, 6, 6)])
+    kernel = T.module(lambda e, x: [e(R.nn.conv2d(x, T.rand(rng, 4, 4, 1, 1))),
+                                    e(R.nn.conv2d(x, T.rand(rng, 4, 4, 3, 3), padding=1))], [(1, 4, 6, 6)])
+    nhwc = T.module(lambda e, x: [e(R.nn.conv2d(x, T.rand(rng, 4, 3, 3, 4), padding=1, data_layout="NHWC",
+                                                kernel_layout="OHWI")) for _ in range(2)], [(1, 6, 6, 4)])
+    for mod in (stride, grouped, kernel, nhwc):
+        assert merge.matches(mod) == []
+    assert get_rule("fold_batchnorm").matches(nhwc) == []
+
+
+def test_1x1_conv_is_enlarged_only_next_to_a_matching_sibling():
+    rng = np.random.default_rng(0)
+    enlarge = get_rule("enlarge_conv_kernel")
+    alone = T.module(lambda e, x: e(R.nn.conv2d(x, T.rand(rng, 4, 3, 1, 1))), [(1, 3, 6, 6)])
+    other_stride = T.module(lambda e, x: [e(R.nn.conv2d(x, T.rand(rng, 4, 3, 1, 1))),
+                                          e(R.nn.conv2d(x, T.rand(rng, 4, 3, 3, 3), strides=2, padding=1))],
+                            [(1, 3, 6, 6)])
+    same_pad = T.module(lambda e, x: [e(R.nn.conv2d(x, T.rand(rng, 4, 3, 1, 1))),
+                                      e(R.nn.conv2d(x, T.rand(rng, 4, 3, 3, 3), padding=0))], [(1, 3, 6, 6)])
+    for mod in (alone, other_stride, same_pad):
+        assert enlarge.matches(mod) == []
+
+
+def test_layout_chains_with_a_shared_middle_are_not_composed():
+    def body(e, x):
+        a = e(R.permute_dims(x, [1, 0]))
+        r = e(R.reshape(x, (4, 3)))
+        return [e(R.permute_dims(a, [1, 0])), a, e(R.reshape(r, (12,))), r]
+
+    mod = T.module(body, [(3, 4)])
+    assert get_rule("permute_compose").matches(mod) == []
+    assert get_rule("reshape_compose").matches(mod) == []
+
+
+def test_identity_arith_needs_a_neutral_constant_that_does_not_broadcast():
+    arith = get_rule("identity_arith")
+    found = arith.matches(T.identity_arith_graph())
+    assert len(found) == 4  # not x*2, not the +0 that broadcasts (2,4) to (3,2,4)
+    ints = T.module(lambda e, x: e(R.add(x, relax.const(np.zeros(4, "int32")))), [(2, 4)], dtype="int32")
+    left = T.module(lambda e, x: e(R.subtract(relax.const(np.zeros(4, "float32")), x)), [(2, 4)])  # 0 - x
+    assert arith.matches(ints) == [] and arith.matches(left) == []
+
+
+def test_scalar_motion_needs_a_scalar_and_a_single_reader():
+    rng = np.random.default_rng(0)
+    motion = get_rule("scalar_mul_motion")
+    per_channel = T.module(lambda e, x: e(R.multiply(e(R.permute_dims(x, [1, 0])), T.rand(rng, 3))),
+                           [(3, 3)])
+
+    def shared(e, x):
+        p = e(R.permute_dims(x, [1, 0]))
+        return [e(R.multiply(p, relax.const(0.5, "float32"))), p]
+
+    assert motion.matches(per_channel) == [] and motion.matches(T.module(shared, [(3, 3)])) == []
+
+
+def test_split_concat_needs_every_part_in_order_on_the_same_axis():
+    cancel = get_rule("split_concat_cancel")
+    assert cancel.matches(T.split_concat_graph(order=(1, 0, 2))) == []
+    assert cancel.matches(T.split_concat_graph(order=(0, 1))) == []
+
+    def other_axis(e, x):
+        s = e(R.split(x, 2, axis=1))
+        return e(R.concat([e(TupleGetItem(s, 0)), e(TupleGetItem(s, 1))], axis=0))
+
+    assert cancel.matches(T.module(other_axis, [(2, 4)])) == []
+
+
+def test_activation_out_of_concat_needs_one_activation_read_once():
+    out = get_rule("activation_out_of_concat")
+    mixed = T.module(lambda e, x, y: e(R.concat([e(R.nn.relu(x)), e(R.nn.gelu(y))], axis=1)), [(2, 3), (2, 5)])
+
+    def shared(e, x, y):
+        a = e(R.nn.relu(x))
+        return [e(R.concat([a, e(R.nn.relu(y))], axis=1)), a]
+
+    assert out.matches(mixed) == [] and out.matches(T.module(shared, [(2, 3), (2, 5)])) == []
+    assert [m.names for m in out.matches(T.act_out_of_concat_graph(hi=(6.0, 1.0)))] == [("lv2",)]
+
+
+def test_dedup_does_not_merge_different_arguments_or_attributes():
+    found = get_rule("dedup").matches(T.dedup_graph())
+    assert [m.names for m in found] == [("lv", "lv1"), ("lv3", "lv4")]
+
+
+def test_apply_refuses_a_match_that_is_not_offered():
+    from tvm_rl.graph.rules import RuleError
+
+    mod = T.permute_graph()
+    m = get_rule("permute_compose").matches(mod)[0]
+    with pytest.raises(RuleError, match="does not match"):
+        get_rule("permute_compose").apply(T.reshape_graph(), m)
+    with pytest.raises(RuleError, match="given to rule"):
+        get_rule("reshape_compose").apply(mod, m)
+
+
+def test_rewrite_touches_only_its_match():
+    """Old dead code and the other matches stay as they were."""
+    def body(e, x):
+        e(R.nn.relu(x))  # dead already: not ours to remove
+        a = e(R.permute_dims(e(R.permute_dims(x, [1, 0])), [1, 0]))
+        b = e(R.permute_dims(e(R.permute_dims(x, [1, 0])), [1, 0]))
+        return [a, b]
+
+    mod = T.module(body, [(2, 3)])
+    rule = get_rule("permute_compose")
+    first, second = rule.matches(mod)
+    new = rule.apply(mod, first)
+    names = [b.var.name for b in new["main"].body.blocks[0].bindings]
+    assert "lv" in names and first.names[0] not in names and first.names[1] not in names
+    assert rule.matches(new) == [second]
+
+
+# ------------------------------------------------------------------------------ hypothesis: random shapes
+
+
+@HYPOTHESIS
+@given(st.data())
+def test_permute_compose_random(data):
+    rank = data.draw(st.integers(1, 4), "rank")
+    shape = data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank), "shape")
+    p1 = data.draw(st.permutations(range(rank)), "p1")
+    p2 = data.draw(st.permutations(range(rank)), "p2")
+    mod = T.permute_graph(shape, [(p1, p2), (p1, [p1.index(k) for k in range(rank)])])  # 2nd: identity
+    check_family("permute_compose", mod, min_matches=2)
+
+
+def _factorings(n):
+    return [(a, n // a) for a in range(1, n + 1) if n % a == 0]
+
+
+@HYPOTHESIS
+@given(st.data())
+def test_reshape_compose_random(data):
+    shape = data.draw(st.lists(st.integers(1, 4), min_size=1, max_size=3), "shape")
+    n = int(np.prod(shape))
+    s1 = data.draw(st.sampled_from(_factorings(n)), "s1")
+    s2 = data.draw(st.sampled_from([(n,), *_factorings(n), tuple(shape)]), "s2")
+    check_family("reshape_compose", T.reshape_graph(shape, [(s1, s2)]))
+
+
+@HYPOTHESIS
+@given(cin=st.integers(1, 4), cout=st.integers(1, 5), hw=st.integers(3, 7), k=st.sampled_from([1, 3]),
+       stride=st.integers(1, 2), groups=st.sampled_from([1, 2]), eps=st.sampled_from([1e-5, 1e-3]))
+def test_fold_batchnorm_random(cin, cout, hw, k, stride, groups, eps):
+    cin, cout = cin * groups, cout * groups  # grouped convs too: the scale is per output channel
+    check_family("fold_batchnorm", T.bn_graph(cin, cout, hw, k, stride, groups, eps))
+
+
+@HYPOTHESIS
+@given(cin=st.integers(1, 4), outs=st.lists(st.integers(1, 4), min_size=2, max_size=3),
+       hw=st.integers(3, 8), k=st.sampled_from([3, 5]), stride=st.integers(1, 3), bias=st.booleans())
+def test_merge_conv_and_enlarge_random(cin, outs, hw, k, stride, bias):
+    """Random sibling convolutions merge; a 1x1 next to a kxk enlarges, then all merge."""
+    check_family("merge_parallel_conv2d", T.merge_conv_graph(cin, outs, k, stride, hw, bias))
+    mod = T.enlarge_graph(cin, hw, stride, outs[:2], k)
+    check_family("enlarge_conv_kernel", mod)
+    enlarged, _ = get_rule("enlarge_conv_kernel").apply_all(mod)
+    check_family("merge_parallel_conv2d", enlarged)
+
+
+@HYPOTHESIS
+@given(batch=st.lists(st.integers(1, 3), min_size=0, max_size=2), m=st.integers(1, 4), k=st.integers(1, 6),
+       outs=st.lists(st.integers(1, 5), min_size=2, max_size=4), bias=st.booleans())
+def test_merge_matmul_random(batch, m, k, outs, bias):
+    check_family("merge_parallel_matmul", T.merge_matmul_graph((*batch, m, k), outs, bias))

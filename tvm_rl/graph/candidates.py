@@ -1,0 +1,97 @@
+"""The candidate set of one search step: every (rule, match) applied, deduplicated by structural hash.
+
+X-RLflow scores one candidate graph per (rule, match-location) pair (plus "stop"). Two matches that give
+the same graph (e.g. permute compositions reached two ways) are one action, so results are deduplicated
+by `tvm_ffi.structural_hash` (confirmed with structural equality), keeping the first in rule order.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import tvm
+import tvm_ffi
+
+from .rules import Match, Rule, RuleError, all_rules
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One rewritten module and the (rule, match) that produced it."""
+
+    rule: Rule
+    match: Match
+    mod: tvm.IRModule = field(repr=False)
+    structural_hash: int
+
+    def __str__(self) -> str:
+        return str(self.match)
+
+
+@dataclass
+class CandidateSet:
+    """Unique candidates in a deterministic order (rules in the given order, matches in program order).
+
+    n_matches: (rule, match) pairs found; duplicates: applied pairs dropped because their result equals an
+    earlier candidate's; unchanged: pairs whose result equals the input module; truncated: pairs not
+    applied at all because `cap` unique candidates were already collected; errors: pairs whose rewrite
+    failed (only with strict=False).
+    """
+
+    candidates: list[Candidate]
+    n_matches: int
+    duplicates: int
+    unchanged: int
+    truncated: int
+    errors: list[tuple[Match, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def __iter__(self):
+        return iter(self.candidates)
+
+    def __getitem__(self, i: int) -> Candidate:
+        return self.candidates[i]
+
+    def summary(self) -> str:
+        return (f"{len(self.candidates)} candidates from {self.n_matches} matches "
+                f"({self.duplicates} duplicates, {self.unchanged} unchanged, {self.truncated} cut by the cap"
+                + (f", {len(self.errors)} failed" if self.errors else "") + ")")
+
+
+def enumerate_candidates(mod: tvm.IRModule, rules: Sequence[Rule] | None = None, cap: int | None = None,
+                         check: bool = True, strict: bool = True) -> CandidateSet:
+    """Apply every match of every rule to `mod`; keep the first of each structurally distinct result.
+
+    `cap` bounds the number of unique candidates kept; the (rule, match) pairs left unapplied once it is
+    reached are counted in `.truncated`. `check` validates each rewrite (see `Rule.apply`). With
+    `strict=False` a rule that fails is recorded in `.errors` instead of raising.
+    """
+    if cap is not None and cap < 0:
+        raise ValueError(f"cap must be >= 0, got {cap}")
+    rules = all_rules() if rules is None else list(rules)
+    pairs = [(rule, match) for rule in rules for match in rule.matches(mod)]
+    seen: dict[int, list[tvm.IRModule]] = {tvm_ffi.structural_hash(mod): [mod]}
+    out = CandidateSet([], len(pairs), 0, 0, 0)
+    for i, (rule, match) in enumerate(pairs):
+        if cap is not None and len(out.candidates) >= cap:
+            out.truncated = len(pairs) - i
+            break
+        try:
+            new = rule.apply(mod, match, check=check)
+        except RuleError as err:
+            if strict:
+                raise
+            out.errors.append((match, str(err)))
+            continue
+        key = tvm_ffi.structural_hash(new)
+        same = next((m for m in seen.get(key, ()) if tvm_ffi.structural_equal(m, new)), None)
+        if same is mod:
+            out.unchanged += 1
+        elif same is not None:
+            out.duplicates += 1
+        else:
+            seen.setdefault(key, []).append(new)
+            out.candidates.append(Candidate(rule, match, new, key))
+    return out

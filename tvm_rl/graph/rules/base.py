@@ -1,0 +1,118 @@
+"""The Rule base class, the Match it offers, and the registry of rule families.
+
+One action of the graph search is one (rule, match) pair: `rule.apply(mod, match)` rewrites that place
+and nothing else. `matches` returns only places whose preconditions (float dtype, static shapes, single
+use of the values it removes, attributes) are proven; anything it cannot prove is not offered.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import tvm
+from tvm import relax
+
+from .ir import Edit, Graph, RuleError
+
+
+@dataclass(frozen=True)
+class Match:
+    """One place a rule applies: the bindings it rewrites (by variable name) plus rule-specific options."""
+
+    rule: str
+    names: tuple[str, ...]
+    params: tuple = ()
+    description: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.description or ', '.join(self.names)}"
+
+
+class Rule:
+    """A rewrite rule family. Subclasses set `name` and implement `find` and `rewrite` on a Graph."""
+
+    name: str = ""
+
+    @property
+    def description(self) -> str:
+        """The first paragraph of the family's docstring: what it rewrites into what."""
+        return " ".join((type(self).__doc__ or "").strip().split("\n\n")[0].split())
+
+    def matches(self, mod: tvm.IRModule) -> list[Match]:
+        """Every place in `main` where the rule provably applies, in program order."""
+        return self.find(Graph(mod))
+
+    def apply(self, mod: tvm.IRModule, match: Match, check: bool = True) -> tvm.IRModule:
+        """`mod` with exactly `match` rewritten.
+
+        With `check` (the default) it first confirms `match` is offered on `mod` and afterwards that the
+        result is well formed (about 0.1 s on a 200-binding model); a caller that took `match` from
+        `matches(mod)` and trusts the rules may skip both.
+        """
+        if match.rule != self.name:
+            raise RuleError(f"match of rule {match.rule!r} given to rule {self.name!r}")
+        graph = Graph(mod)
+        if check and match not in self.find(graph):
+            raise RuleError(f"{match} does not match this module")
+        edit = Edit(graph)
+        self.rewrite(graph, match, edit)
+        return edit.commit(str(match), check=check)
+
+    def apply_all(self, mod: tvm.IRModule, check: bool = True) -> tuple[tvm.IRModule, list[Match]]:
+        """Apply every match offered on `mod`, one after another (skipping any an earlier one removed);
+        returns the result and the matches applied. With `check`, the result's well-formedness is checked
+        once at the end."""
+        applied = []
+        for match in self.matches(mod):
+            graph = Graph(mod)
+            if match in self.find(graph):
+                edit = Edit(graph)
+                self.rewrite(graph, match, edit)
+                mod = edit.commit(str(match), check=False)
+                applied.append(match)
+        if check and applied and not relax.analysis.check_well_formed(mod):
+            raise RuleError(f"{self.name}: applying {len(applied)} matches produced an ill-formed module")
+        return mod, applied
+
+    # ---- for subclasses
+
+    def find(self, graph: Graph) -> list[Match]:
+        raise NotImplementedError
+
+    def rewrite(self, graph: Graph, match: Match, edit: Edit) -> None:
+        raise NotImplementedError
+
+    def match(self, names: tuple[str, ...], description: str, params: tuple = ()) -> Match:
+        return Match(self.name, tuple(names), tuple(params), description)
+
+    def __repr__(self) -> str:
+        return f"<Rule {self.name}>"
+
+
+_REGISTRY: dict[str, type[Rule]] = {}
+R = TypeVar("R", bound=type[Rule])
+
+
+def register(cls: R) -> R:
+    """Class decorator adding a rule family to the registry (registration order is the action order)."""
+    if not cls.name or cls.name in _REGISTRY:
+        raise ValueError(f"rule {cls.__name__} needs a unique name, got {cls.name!r}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def all_rules() -> list[Rule]:
+    """One instance of every registered rule family, in registration order."""
+    return [cls() for cls in _REGISTRY.values()]
+
+
+def get_rule(name: str) -> Rule:
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise ValueError(f"unknown rule {name!r}; known: {', '.join(_REGISTRY)}") from None
+
+
+def rule_names() -> list[str]:
+    return list(_REGISTRY)
+
