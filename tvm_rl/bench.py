@@ -137,7 +137,8 @@ def parser(prog: str = "benchmarks/baseline.py") -> argparse.ArgumentParser:
     ap.add_argument("--out", default=None, help="JSON output (default logs/baseline_<target>_<size>.json)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for PyTorch and ORT")
     ap.add_argument("--skip-default", action="store_true", help="skip the untuned TVM build")
-    ap.add_argument("--force", action="store_true", help="re-measure models already in the JSON")
+    ap.add_argument("--force", action="store_true",
+                    help="re-measure the given models even if the JSON has them (tuning resumes from the database)")
     ap.add_argument("--work-dir", default="logs", help="where JSON, plots and the tuning database go")
     return ap
 
@@ -161,10 +162,10 @@ def main(argv: list[str] | None = None, prog: str = "benchmarks/baseline.py") ->
     saved = json.loads(out.read_text()) if out.exists() else {}
     same = {k: saved.get("settings", {}).get(k) for k in ("target", "size", "trials_per_kernel")} == \
         {k: settings[k] for k in ("target", "size", "trials_per_kernel")}
-    rows = saved.get("models", {}) if same and not args.force else {}
+    rows = saved.get("models", {}) if same else {}
 
     for name in args.models:
-        if name in rows:
+        if name in rows and not args.force:
             print(f"[{name}] already measured with these settings; skipping (use --force to redo)")
             continue
         t0 = time.perf_counter()
