@@ -154,11 +154,12 @@ def build(mod: tvm.IRModule, target: tvm.target.Target | str, database=None):
                          f"{str(err).strip().splitlines()[-1] if str(err).strip() else ''}") from err
 
 
-def _to_numpy(out) -> list[np.ndarray]:
+def to_numpy(out) -> list[np.ndarray]:
+    """VM outputs (a tensor or nested tuples of them) as a flat list of numpy arrays."""
     if isinstance(out, tvm.runtime.Tensor):
         return [out.numpy()]
     if isinstance(out, (list, tuple, tvm_ffi.Array)):
-        return [y for x in out for y in _to_numpy(x)]
+        return [y for x in out for y in to_numpy(x)]
     raise TypeError(f"unexpected VM output {type(out).__name__}")
 
 
@@ -174,7 +175,7 @@ class Runner:
         return [tvm.runtime.tensor(np.ascontiguousarray(x), self.device) for x in inputs]
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return _to_numpy(self.vm["main"](*self._args(inputs)))
+        return to_numpy(self.vm["main"](*self._args(inputs)))
 
     def time(self, inputs: Sequence[np.ndarray], warmup: int = 2, repeat: int = 10,
              min_repeat_ms: int = 0) -> "Timing":

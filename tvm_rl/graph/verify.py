@@ -11,7 +11,6 @@ from typing import Mapping, Sequence
 import numpy as np
 
 import tvm
-import tvm_ffi
 from tvm import relax
 
 from .. import measure
@@ -36,14 +35,6 @@ def random_inputs(mod: tvm.IRModule, seed: int = 0) -> list[np.ndarray]:
     return out
 
 
-def _flatten(out) -> list[np.ndarray]:
-    if isinstance(out, tvm.runtime.Tensor):
-        return [out.numpy()]
-    if isinstance(out, (list, tuple, tvm_ffi.Array)):
-        return [y for x in out for y in _flatten(x)]
-    raise TypeError(f"unexpected VM output {type(out).__name__}")
-
-
 def run_variants(original: tvm.IRModule, variants: Mapping[str, tvm.IRModule],
                  inputs: Sequence[np.ndarray], target=None) -> dict[str, list[np.ndarray]]:
     """Outputs of `original` (key "original") and of every variant on `inputs`, from one build."""
@@ -57,7 +48,7 @@ def run_variants(original: tvm.IRModule, variants: Mapping[str, tvm.IRModule],
              for k, m in mods.items()}
     runner = measure.Runner(measure.build(tvm.IRModule(funcs), target), target)
     args = runner._args(inputs)
-    return {k: _flatten(runner.vm[symbols[k]](*args)) for k in mods}
+    return {k: measure.to_numpy(runner.vm[symbols[k]](*args)) for k in mods}
 
 
 def compare_variants(original: tvm.IRModule, variants: Mapping[str, tvm.IRModule],
