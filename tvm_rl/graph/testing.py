@@ -225,6 +225,114 @@ def act_out_of_concat_graph(hi: Sequence[float] = (6.0, 6.0)) -> tvm.IRModule:
     return module(body, [(2, 3), (2, 5)])
 
 
+def tuple_graph() -> tvm.IRModule:
+    """max_pool2d's exported (output, zeros_like(output))[0], and split(x)[1] (an operator's tuple)."""
+
+    def body(emit, x):
+        y = emit(R.nn.max_pool2d(x, pool_size=2, strides=2))
+        pair = emit(relax.Tuple([y, emit(R.zeros_like(y))]))
+        part = emit(relax.TupleGetItem(emit(R.split(x, 2, axis=1)), 1))
+        return [emit(R.nn.relu(emit(relax.TupleGetItem(pair, 0)))), part]
+
+    return module(body, [(1, 4, 6, 6)])
+
+
+def attention_graph(groups: int = 2, queries: int = 5, keys: int = 6, dim: int = 4, dim_v: int = 3,
+                    scale: float | None = 0.3, bias: bool = False, seed: int = 0) -> tvm.IRModule:
+    """softmax(q @ permute(k) [* scale] [+ mask]) @ v, with the reshapes and broadcast the exporters emit."""
+    rng = np.random.default_rng(seed)
+
+    def body(emit, q, k, v):
+        s = emit(R.matmul(q, emit(R.permute_dims(k, [0, 2, 1]))))
+        s = emit(R.reshape(s, (1, groups, queries, keys)))
+        if scale is not None:
+            s = emit(R.multiply(s, relax.const(scale, "float32")))
+        if bias:
+            mask = np.where(np.tril(np.ones((queries, keys))) > 0, 0.0, -1e9) + rng.standard_normal(keys)
+            s = emit(R.add(s, relax.const(mask.astype("float32"))))
+        p = emit(R.nn.softmax(s, axis=-1))
+        p = emit(R.reshape(emit(R.broadcast_to(p, (1, groups, queries, keys))), (groups, queries, keys)))
+        return emit(R.nn.relu(emit(R.matmul(p, v))))
+
+    return module(body, [(groups, queries, dim), (groups, keys, dim), (groups, keys, dim_v)])
+
+
+def pointwise_graph(cin: int = 3, cout: int = 4, hw: int = 5, batch: int = 1, seed: int = 0) -> tvm.IRModule:
+    """A 1x1 conv2d (rewritable as a matmul), beside a strided 1x1 and a 3x3 conv2d (not)."""
+    rng = np.random.default_rng(seed)
+
+    def body(emit, x):
+        a = emit(R.nn.relu(emit(_conv(x, rand(rng, cout, cin, 1, 1)))))
+        b = emit(_conv(x, rand(rng, cout, cin, 1, 1), stride=2))
+        c = emit(_conv(x, rand(rng, cout, cin, 3, 3), pad=1))
+        return [a, b, c]
+
+    return module(body, [(batch, cin, hw, hw)])
+
+
+def dense_graph(n: int = 2, c: int = 6, o: int = 5, seed: int = 0) -> tvm.IRModule:
+    """x [N, C] @ permute_dims(W) + b (a classifier head), beside a 3-D x @ W (not a dense layer)."""
+    rng = np.random.default_rng(seed)
+
+    def body(emit, x, y):
+        a = emit(R.add(emit(R.matmul(x, emit(R.permute_dims(rand(rng, o, c), [1, 0])))), rand(rng, o)))
+        return [a, emit(R.matmul(y, rand(rng, c, o)))]
+
+    return module(body, [(n, c), (2, n, c)])
+
+
+def conv_chain_graph(cin: int = 3, mid: int = 4, cout: int = 5, hw: int = 6, k: int = 3, stride: int = 1,
+                     groups: int = 1, seed: int = 0) -> tvm.IRModule:
+    """conv2d -> per-channel bias add -> relu -> conv2d (groups on the second), as a folded CNN has them."""
+    rng = np.random.default_rng(seed)
+
+    def body(emit, x):
+        y = emit(_conv(x, rand(rng, mid, cin, k, k), stride, k // 2))
+        y = emit(R.nn.relu(emit(R.add(y, rand(rng, 1, mid, 1, 1)))))
+        return emit(_conv(y, rand(rng, cout * groups, mid // groups, k, k), 1, k // 2, groups))
+
+    return module(body, [(1, cin, hw, hw)])
+
+
+def permute_elementwise_graph(shape: Sequence[int] = (1, 3, 4, 5), axes: Sequence[int] = (0, 2, 3, 1),
+                              seed: int = 0) -> tvm.IRModule:
+    """permute_dims(x) + per-channel constant, then relu (twice on the way back: relu of a transpose)."""
+    rng = np.random.default_rng(seed)
+    permuted = [shape[a] for a in axes]
+
+    def body(emit, x, y):
+        a = emit(R.add(emit(R.permute_dims(x, list(axes))), rand(rng, permuted[-1])))
+        b = emit(R.nn.relu(emit(R.permute_dims(y, list(axes)))))
+        return emit(R.multiply(a, b))
+
+    return module(body, [tuple(shape), tuple(shape)])
+
+
+def maxpool_graph(act: str = "relu", k: int = 3, stride: int = 2, pad: int = 1, hw: int = 7,
+                  ceil_mode: bool = False) -> tvm.IRModule:
+    """max_pool2d(act(x)) (ResNet's stem: relu then a padded 3x3 stride-2 pool)."""
+    fns = {"relu": R.nn.relu, "sigmoid": R.sigmoid, "tanh": R.tanh, "gelu": R.nn.gelu, "silu": R.nn.silu,
+           "clip": lambda x: R.clip(x, 0.0, 6.0), "leakyrelu": lambda x: R.nn.leakyrelu(x, 0.1),
+           "neg_leakyrelu": lambda x: R.nn.leakyrelu(x, -0.5)}
+
+    def body(emit, x):
+        return emit(R.nn.max_pool2d(emit(fns[act](x)), pool_size=k, strides=stride, padding=pad,
+                                    ceil_mode=ceil_mode))
+
+    return module(body, [(1, 3, hw, hw)])
+
+
+def avgpool_graph(k: int = 3, stride: int = 1, pad: int = 1, hw: int = 6, channels: int = 3,
+                  count_include_pad: bool = True) -> tvm.IRModule:
+    """avg_pool2d (Inception's 3x3 stride-1 padded branch pool by default) then relu."""
+
+    def body(emit, x):
+        return emit(R.nn.relu(emit(R.nn.avg_pool2d(x, pool_size=k, strides=stride, padding=pad,
+                                                   count_include_pad=count_include_pad))))
+
+    return module(body, [(1, channels, hw, hw)])
+
+
 EXAMPLES: dict[str, Callable[[], tvm.IRModule]] = {
     "fold_batchnorm": bn_graph,
     "merge_parallel_conv2d": merge_conv_graph,
@@ -240,5 +348,13 @@ EXAMPLES: dict[str, Callable[[], tvm.IRModule]] = {
     "split_concat_cancel": split_concat_graph,
     "activation_into_concat": act_into_concat_graph,
     "activation_out_of_concat": act_out_of_concat_graph,
+    "fold_tuple_get_item": tuple_graph,
+    "fuse_attention": lambda: attention_graph(bias=True),
+    "conv1x1_to_matmul": pointwise_graph,
+    "matmul_to_conv1x1": dense_graph,
+    "conv2d_to_nhwc": conv_chain_graph,
+    "permute_past_elementwise": permute_elementwise_graph,
+    "activation_after_maxpool": maxpool_graph,
+    "avg_pool_to_conv": avgpool_graph,
 }
 """A small graph on which each rule family matches (at least once), for tests and examples."""

@@ -6,6 +6,7 @@
     ...         new_mod = rule.apply(mod, match)
 """
 from . import concat, conv, layout, matmul, simplify  # noqa: F401  (registers the families, in this order)
+from . import attention, linear, nhwc, pool  # noqa: F401,E402  (the later families, after these)
 from .base import Match, Rule, all_rules, get_rule, register, rule_names
 from .ir import Edit, Graph, RuleError
 

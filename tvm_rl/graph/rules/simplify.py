@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import tvm_ffi
-from tvm.ir import Call, Tuple, TupleGetItem
+from tvm.ir import Call, Tuple, TupleGetItem, Var
 
 from .base import Match, Rule, register
 from .ir import Edit, Graph, float_tensor
@@ -71,3 +71,33 @@ class DedupOps(Rule):
     def rewrite(self, g: Graph, m: Match, edit: Edit) -> None:
         earlier, name = m.names
         edit.replace(name, g.vars[earlier])
+
+
+@register
+class FoldTupleGetItem(Rule):
+    """(a, b, ...)[i] -> the i-th field, for a tuple built in the block (e.g. max_pool2d's exported
+    (output, zeros_like(output)) pair): the tuple and its unread fields then go away."""
+
+    name = "fold_tuple_get_item"
+
+    def find(self, g: Graph) -> list[Match]:
+        out = []
+        for name in g.order:
+            item = g.values[name]
+            if not isinstance(item, TupleGetItem):
+                continue
+            tup = item.tuple_value
+            if isinstance(tup, Var):
+                tup = g.values.get(tup.name)
+            # Only a literal tuple: an operator's tuple result (split, batch_norm) has no field to read.
+            if isinstance(tup, Tuple) and 0 <= int(item.index) < len(tup.fields):
+                out.append(self.match((name,), f"{name} = tuple[{int(item.index)}] -> the field"))
+        return out
+
+    def rewrite(self, g: Graph, m: Match, edit: Edit) -> None:
+        (name,) = m.names
+        item = g.values[name]
+        tup = item.tuple_value
+        if isinstance(tup, Var):
+            tup = g.values[tup.name]
+        edit.replace(name, tup.fields[int(item.index)])

@@ -1,0 +1,92 @@
+"""Channels-last rules: run a conv2d in NHWC between two transposes, and move transposes past element-wise
+ops so that the transposes between consecutive NHWC convolutions meet and cancel (permute_compose)."""
+from __future__ import annotations
+
+import numpy as np
+
+from tvm import relax
+
+from .base import Match, Rule, register
+from .concat import ACTIVATIONS
+from .conv import plain_conv
+from .ir import Edit, Graph, const, float_tensor, with_args
+from .layout import _axes, _ndim
+
+
+@register
+class Conv2DToNHWC(Rule):
+    """conv2d(x, W) in NCHW/OIHW -> permute_dims(conv2d(permute_dims(x, NHWC), W as OHWI, NHWC), NCHW)."""
+
+    name = "conv2d_to_nhwc"
+
+    def find(self, g: Graph) -> list[Match]:
+        out = []
+        for name, _ in g.calls("relax.nn.conv2d"):
+            c = plain_conv(g, name)
+            if c is not None and len(c["shape"]) == 4:
+                out.append(self.match((name,), f"{name} = conv2d NCHW -> NHWC"))
+        return out
+
+    def rewrite(self, g: Graph, m: Match, edit: Edit) -> None:
+        (name,) = m.names
+        c = plain_conv(g, name)
+        x = edit.emit(name, relax.op.permute_dims(c["x"], [0, 2, 3, 1]), f"{name}_nhwc_in")
+        weight = const(np.transpose(c["weight"], (0, 2, 3, 1)), c["dtype"])
+        y = edit.emit(name, relax.op.nn.conv2d(x, weight, strides=c["strides"], padding=c["padding"],
+                                               dilation=c["dilation"], groups=c["groups"], data_layout="NHWC",
+                                               kernel_layout="OHWI", out_layout="NHWC",
+                                               out_dtype=c["out_dtype"]), f"{name}_nhwc")
+        edit.set_value(name, relax.op.permute_dims(y, [0, 3, 1, 2]))
+
+
+_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
+
+
+@register
+class PermutePastElementwise(Rule):
+    """f(permute_dims(x, p)) -> permute_dims(f(x), p) for an element-wise activation f, or a binary op with a
+    constant (the constant transposed by p's inverse), so the transpose moves on towards one it cancels."""
+
+    name = "permute_past_elementwise"
+
+    def find(self, g: Graph) -> list[Match]:
+        out = []
+        for name, call in g.calls(*ACTIVATIONS, *_BINARY):
+            result = float_tensor(g.vars[name])
+            if result is None:
+                continue
+            sides = (0,) if call.op.name in ACTIVATIONS else (0, 1)
+            for side in sides:
+                u = call.args[side]
+                perm = g.call(u, "relax.permute_dims")
+                # The transpose must die with the rewrite; its input must be a float tensor of the same rank.
+                if perm is None or g.single_use(u.name) != name or float_tensor(u) != result:
+                    continue
+                if float_tensor(perm.args[0]) is None or _ndim(perm.args[0]) != len(result[0]):
+                    continue
+                if call.op.name in _BINARY:
+                    c = g.const(call.args[1 - side])
+                    # A constant operand that does not broadcast the result bigger and has its dtype.
+                    if c is None or c.ndim > len(result[0]) or str(c.dtype) != result[1]:
+                        continue
+                    if np.broadcast_shapes(c.shape, result[0]) != result[0]:
+                        continue
+                out.append(self.match((u.name, name), f"{name} = {call.op.name.split('.')[-1]}(permute "
+                                      f"{u.name})", (side,)))
+                break
+        return out
+
+    def rewrite(self, g: Graph, m: Match, edit: Edit) -> None:
+        (perm_name, name), (side,) = m.names, m.params
+        call, perm = g.values[name], g.values[perm_name]
+        ndim = _ndim(perm.args[0])
+        axes = _axes(perm, ndim)
+        args = list(call.args)
+        args[side] = perm.args[0]
+        if call.op.name in _BINARY:
+            c = g.const(args[1 - side])
+            full = c.reshape((1,) * (ndim - c.ndim) + c.shape)
+            # permute_dims(c', axes) == c for c' = transpose(c, argsort(axes)); broadcasting commutes.
+            args[1 - side] = const(np.transpose(full, np.argsort(axes)), str(c.dtype))
+        inner = edit.emit(name, with_args(call, args), f"{name}_pre")
+        edit.set_value(name, relax.op.permute_dims(inner, list(axes)))
