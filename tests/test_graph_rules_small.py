@@ -10,7 +10,7 @@ from tvm.ir import TupleGetItem
 
 from tvm_rl.graph import testing as T
 from tvm_rl.graph.rules import all_rules, get_rule, rule_names
-from tvm_rl.graph.rules import concat, conv, layout, matmul, simplify
+from tvm_rl.graph.rules import attention, concat, conv, layout, linear, matmul, nhwc, pool, simplify
 from tvm_rl.graph.rules.ir import const, static_shape
 from tvm_rl.graph.verify import compare_variants
 
@@ -43,7 +43,7 @@ def check_family(name, mod, min_matches=1):
 
 def test_every_family_has_an_example_graph():
     assert set(T.EXAMPLES) == set(rule_names())
-    assert len(rule_names()) >= 10
+    assert len(rule_names()) >= 20
 
 
 @pytest.mark.parametrize("name", list(T.EXAMPLES))
@@ -57,7 +57,9 @@ def test_examples_match_what_they_say():
         "split_concat_cancel": 1, "activation_into_concat": 1, "activation_out_of_concat": 2,
         "fold_batchnorm": 1, "merge_parallel_conv2d": 1, "enlarge_conv_kernel": 1, "permute_compose": 2,
         "reshape_compose": 2, "identity_shape_op": 3, "fold_const_transform": 2, "merge_parallel_matmul": 1,
-        "scalar_mul_motion": 1, "identity_arith": 4, "dedup": 2}
+        "scalar_mul_motion": 1, "identity_arith": 4, "dedup": 2, "fold_tuple_get_item": 1, "fuse_attention": 1,
+        "conv1x1_to_matmul": 1, "matmul_to_conv1x1": 1, "conv2d_to_nhwc": 2, "permute_past_elementwise": 2,
+        "activation_after_maxpool": 1, "avg_pool_to_conv": 1}
 
 
 # ------------------------------------------------------------------------------- broken variants fail
@@ -177,6 +179,73 @@ class BrokenActOutOfConcat(concat.ActivationOutOfConcat):
                 if all(g.call(f, *concat.ACTIVATIONS) is not None for f in concat.concat_fields(g, c))]
 
 
+class BrokenTupleGetItem(simplify.FoldTupleGetItem):
+    def rewrite(self, g, m, edit):  # reads the other field of the pair (the zeros)
+        (name,) = m.names
+        item = g.values[name]
+        edit.replace(name, g.values[item.tuple_value.name].fields[1 - int(item.index)])
+
+
+class BrokenAttention(attention.FuseAttention):
+    def rewrite(self, g, m, edit):  # leaves the scale to R.nn.attention's default 1 / sqrt(dim)
+        super().rewrite(g, m, edit)
+        for pending in edit.before.values():
+            for i, (var, expr) in enumerate(pending):
+                if getattr(getattr(expr, "op", None), "name", "") == "relax.nn.attention":
+                    pending[i] = (var, R.nn.attention(*expr.args[:3]))
+
+
+class BrokenConv1x1(linear.Conv1x1ToMatmul):
+    def rewrite(self, g, m, edit):  # multiplies by W instead of W^T (same shape when C_in == C_out)
+        (name,) = m.names
+        c = conv.plain_conv(g, name)
+        pixels = edit.emit(name, R.permute_dims(c["x"], [0, 2, 3, 1]), "p")
+        y = edit.emit(name, R.matmul(pixels, const(c["weight"][:, :, 0, 0], "float32")), "y")
+        edit.set_value(name, R.permute_dims(y, [0, 3, 1, 2]))
+
+
+class BrokenDenseToConv(linear.MatmulToConv1x1):
+    def rewrite(self, g, m, edit):  # reshapes W [C, O] to [O, C, 1, 1] without transposing it
+        (name,) = m.names
+        mm = matmul.const_weight_matmul(g, name)
+        (n, o), (cin, _) = mm["shape"], mm["weight"].shape
+        x = edit.emit(name, R.reshape(mm["x"], (n, cin, 1, 1)), "x")
+        y = edit.emit(name, R.nn.conv2d(x, const(mm["weight"].reshape(o, cin, 1, 1), "float32")), "y")
+        edit.set_value(name, R.reshape(y, (n, o)))
+
+
+class BrokenNHWC(nhwc.Conv2DToNHWC):
+    def rewrite(self, g, m, edit):  # lays the kernel out as OWHI: a transposed filter
+        (name,) = m.names
+        c = conv.plain_conv(g, name)
+        x = edit.emit(name, R.permute_dims(c["x"], [0, 2, 3, 1]), "x")
+        w = const(np.transpose(c["weight"], (0, 3, 2, 1)), "float32")
+        y = edit.emit(name, R.nn.conv2d(x, w, strides=c["strides"], padding=c["padding"], groups=c["groups"],
+                                        data_layout="NHWC", kernel_layout="OHWI", out_layout="NHWC"), "y")
+        edit.set_value(name, R.permute_dims(y, [0, 3, 1, 2]))
+
+
+class BrokenPermutePast(nhwc.PermutePastElementwise):
+    def rewrite(self, g, m, edit):  # moves the transpose but forgets to transpose the constant
+        (perm_name, name), (side,) = m.names, m.params
+        call, perm = g.values[name], g.values[perm_name]
+        args = list(call.args)
+        args[side] = perm.args[0]
+        inner = edit.emit(name, concat.with_args(call, args), "inner")
+        edit.set_value(name, R.permute_dims(inner, [int(a) for a in perm.attrs.axes]))
+
+
+class BrokenMaxPool(pool.ActivationAfterMaxPool):
+    def find(self, g):  # takes any element-wise activation as monotone (gelu is not)
+        return [self.match((c.args[0].name, n), "bad") for n, c in g.calls("relax.nn.max_pool2d")
+                if g.call(c.args[0], *concat.ACTIVATIONS) is not None]
+
+
+class BrokenAvgPool(pool.AvgPoolToConv):
+    def find(self, g):  # ignores count_include_pad: border windows then divide by k*k, not by their count
+        return [self.match((n,), "bad") for n, _ in g.calls("relax.nn.avg_pool2d")]
+
+
 BROKEN = {
     "fold_batchnorm": (BrokenFoldBatchNorm, T.bn_graph),
     "merge_parallel_conv2d": (BrokenMergeConv, lambda: T.merge_conv_graph(outs=(4, 4))),
@@ -197,6 +266,15 @@ BROKEN = {
     "split_concat_cancel": (BrokenSplitConcat, lambda: T.split_concat_graph(order=(1, 0, 2))),
     "activation_into_concat": (BrokenActIntoConcat, T.act_into_concat_graph),
     "activation_out_of_concat": (BrokenActOutOfConcat, lambda: T.act_out_of_concat_graph(hi=(6.0, 1.0))),
+    "fold_tuple_get_item": (BrokenTupleGetItem, T.tuple_graph),
+    "fuse_attention": (BrokenAttention, lambda: T.attention_graph(scale=0.9)),
+    "conv1x1_to_matmul": (BrokenConv1x1, lambda: T.pointwise_graph(cin=4, cout=4)),
+    "matmul_to_conv1x1": (BrokenDenseToConv, T.dense_graph),
+    "conv2d_to_nhwc": (BrokenNHWC, T.conv_chain_graph),
+    "permute_past_elementwise": (BrokenPermutePast,
+                                 lambda: T.permute_elementwise_graph((2, 3, 3, 3), (0, 2, 3, 1))),
+    "activation_after_maxpool": (BrokenMaxPool, lambda: T.maxpool_graph("gelu", hw=9)),
+    "avg_pool_to_conv": (BrokenAvgPool, lambda: T.avgpool_graph(count_include_pad=False)),
 }
 
 
@@ -380,6 +458,120 @@ def test_dedup_does_not_merge_different_arguments_or_attributes():
     assert [m.names for m in found] == [("lv", "lv1"), ("lv3", "lv4")]
 
 
+def test_tuple_item_fold_needs_a_literal_tuple():
+    fold = get_rule("fold_tuple_get_item")
+    assert [m.names for m in fold.matches(T.tuple_graph())] == [("lv5",)]  # not split(x)[1]
+    bn = T.bn_graph()  # batch_norm(...)[0]: an operator's tuple result
+    assert fold.matches(bn) == []
+
+
+def _attention_variant(e, q, k, v, axis=-1, shared_scores=False, per_head=False, transpose_scores=False):
+    s = e(R.matmul(q, e(R.permute_dims(k, [0, 2, 1]))))
+    if transpose_scores:  # moves the key axis: softmax would normalise over queries
+        s = e(R.permute_dims(s, [0, 2, 1]))
+    factor = relax.const(np.array([[[0.5]], [[0.25]]], "float32")) if per_head else relax.const(0.5, "float32")
+    t = e(R.multiply(s, factor))
+    p = e(R.nn.softmax(t, axis=axis))
+    out = e(R.matmul(p, v))
+    return [out, s] if shared_scores else out
+
+
+def test_attention_needs_last_axis_softmax_single_readers_and_scalar_scales():
+    fuse = get_rule("fuse_attention")
+    shapes = [(2, 4, 3), (2, 4, 3), (2, 4, 5)]
+    assert len(fuse.matches(T.module(_attention_variant, shapes))) == 1
+    for kw in ({"axis": 1}, {"shared_scores": True}, {"per_head": True}, {"transpose_scores": True}):
+        mod = T.module(lambda e, q, k, v: _attention_variant(e, q, k, v, **kw), shapes)
+        assert fuse.matches(mod) == [], kw
+    # Float16 with a mismatched scale dtype, or a broadcasting bias, is not offered either.
+    bigger = T.module(lambda e, q, k, v: e(R.matmul(e(R.nn.softmax(e(R.add(
+        e(R.matmul(q, e(R.permute_dims(k, [0, 2, 1])))), relax.const(np.zeros((3, 2, 4, 4), "float32")))))),
+        e(R.broadcast_to(v, (3, 2, 4, 5))))), shapes)
+    assert fuse.matches(bigger) == []
+
+
+def test_conv1x1_to_matmul_only_for_plain_pointwise_convs():
+    rng = np.random.default_rng(0)
+    rule = get_rule("conv1x1_to_matmul")
+    assert [m.names for m in rule.matches(T.pointwise_graph())] == [("lv",)]  # not strided, not 3x3
+    padded = T.module(lambda e, x: e(R.nn.conv2d(x, T.rand(rng, 4, 4, 1, 1), padding=1)), [(1, 4, 5, 5)])
+    grouped = T.module(lambda e, x: e(R.nn.conv2d(x, T.rand(rng, 4, 2, 1, 1), groups=2)), [(1, 4, 5, 5)])
+    weight_in = T.module(lambda e, x, w: e(R.nn.conv2d(x, w)), [(1, 4, 5, 5), (4, 4, 1, 1)])
+    nhwc_conv = T.module(lambda e, x: e(R.nn.conv2d(x, T.rand(rng, 4, 1, 1, 4), data_layout="NHWC",
+                                                    kernel_layout="OHWI")), [(1, 5, 5, 4)])
+    for mod in (padded, grouped, weight_in, nhwc_conv):
+        assert rule.matches(mod) == []
+    # An NHWC region needs a constant OIHW weight on NCHW data too (padding and groups are fine).
+    to_nhwc = get_rule("conv2d_to_nhwc")
+    assert to_nhwc.matches(weight_in) == [] and to_nhwc.matches(nhwc_conv) == []
+    assert len(to_nhwc.matches(padded)) == len(to_nhwc.matches(grouped)) == 1
+
+
+def test_matmul_to_conv1x1_needs_a_2d_input_and_a_constant_weight():
+    rule = get_rule("matmul_to_conv1x1")
+    assert [m.names for m in rule.matches(T.dense_graph())] == [("lv1",)]  # not the 3-D matmul
+    assert rule.matches(T.module(lambda e, x, w: e(R.matmul(x, w)), [(2, 6), (6, 5)])) == []
+    ints = T.module(lambda e, x: e(R.matmul(x, relax.const(np.ones((6, 5), "int32")))), [(2, 6)], dtype="int32")
+    assert rule.matches(ints) == []
+
+
+def test_permute_past_elementwise_needs_a_single_reader_and_a_non_broadcasting_constant():
+    rng = np.random.default_rng(0)
+    rule = get_rule("permute_past_elementwise")
+
+    def shared(e, x):
+        p = e(R.permute_dims(x, [1, 0]))
+        return [e(R.nn.relu(p)), p]
+
+    bigger = T.module(lambda e, x: e(R.add(e(R.permute_dims(x, [1, 0])), T.rand(rng, 2, 4, 3))), [(3, 4)])
+    other = T.module(lambda e, x, y: e(R.add(e(R.permute_dims(x, [1, 0])), y)), [(3, 4), (4, 3)])
+    for mod in (T.module(shared, [(3, 4)]), bigger, other):
+        assert rule.matches(mod) == []
+
+
+def test_activation_after_maxpool_needs_a_monotone_activation_read_once():
+    rule = get_rule("activation_after_maxpool")
+    for act in ("relu", "clip", "sigmoid", "tanh", "leakyrelu"):
+        assert len(rule.matches(T.maxpool_graph(act))) == 1, act
+    for act in ("gelu", "silu", "neg_leakyrelu"):
+        assert rule.matches(T.maxpool_graph(act)) == [], act
+    assert rule.matches(T.maxpool_graph(ceil_mode=True)) == []
+
+    def shared(e, x):
+        a = e(R.nn.relu(x))
+        return [e(R.nn.max_pool2d(a, pool_size=2, strides=2)), a]
+
+    assert rule.matches(T.module(shared, [(1, 3, 6, 6)])) == []
+
+
+def test_avg_pool_to_conv_needs_every_window_to_divide_by_its_size():
+    rule = get_rule("avg_pool_to_conv")
+    assert rule.matches(T.avgpool_graph(count_include_pad=False)) == []
+    assert len(rule.matches(T.avgpool_graph(pad=0, count_include_pad=False))) == 1
+    ceil = T.module(lambda e, x: e(R.nn.avg_pool2d(x, pool_size=2, strides=2, ceil_mode=True,
+                                                   count_include_pad=True)), [(1, 3, 5, 5)])
+    nhwc_pool = T.module(lambda e, x: e(R.nn.avg_pool2d(x, pool_size=2, layout="NHWC")), [(1, 5, 5, 3)])
+    assert rule.matches(ceil) == [] and rule.matches(nhwc_pool) == []
+
+
+def test_nhwc_regions_then_permute_motion_cancel_the_transposes_between_convs():
+    """conv -> bias -> relu -> conv in NHWC: after moving the output transpose down, only the region's
+    outer two transposes are left (the ones between the convs cancel)."""
+    mod = T.conv_chain_graph()
+    nhwc_mod, _ = get_rule("conv2d_to_nhwc").apply_all(mod)
+    rules = [get_rule(n) for n in ("permute_past_elementwise", "permute_compose")]
+    cur = nhwc_mod
+    for _ in range(20):
+        found = [(r, m) for r in rules for m in r.matches(cur)]
+        if not found:
+            break
+        cur = found[0][0].apply(cur, found[0][1])
+    count = lambda m: sum(1 for b in m["main"].body.blocks[0].bindings
+                          if getattr(getattr(b.value, "op", None), "name", "") == "relax.permute_dims")
+    assert count(nhwc_mod) == 4 and count(cur) == 2
+    assert_exact(mod, {"nhwc": nhwc_mod, "cancelled": cur})
+
+
 def test_apply_refuses_a_match_that_is_not_offered():
     from tvm_rl.graph.rules import RuleError
 
@@ -461,3 +653,51 @@ def test_merge_conv_and_enlarge_random(cin, outs, hw, k, stride, bias):
        outs=st.lists(st.integers(1, 5), min_size=2, max_size=4), bias=st.booleans())
 def test_merge_matmul_random(batch, m, k, outs, bias):
     check_family("merge_parallel_matmul", T.merge_matmul_graph((*batch, m, k), outs, bias))
+
+
+
+@HYPOTHESIS
+@given(groups=st.integers(1, 3), queries=st.integers(1, 5), keys=st.integers(1, 5), dim=st.integers(1, 4),
+       dim_v=st.integers(1, 4), scale=st.sampled_from([None, 0.125, 0.7]), bias=st.booleans())
+def test_fuse_attention_random(groups, queries, keys, dim, dim_v, scale, bias):
+    check_family("fuse_attention", T.attention_graph(groups, queries, keys, dim, dim_v, scale, bias))
+
+
+@HYPOTHESIS
+@given(cin=st.integers(1, 4), cout=st.integers(1, 4), hw=st.integers(1, 5), batch=st.integers(1, 2),
+       n=st.integers(1, 3))
+def test_dense_and_conv1x1_random(cin, cout, hw, batch, n):
+    check_family("conv1x1_to_matmul", T.pointwise_graph(cin, cout, hw, batch))
+    check_family("matmul_to_conv1x1", T.dense_graph(n, cin, cout))
+
+
+@HYPOTHESIS
+@given(cin=st.integers(1, 3), mid=st.integers(1, 3), cout=st.integers(1, 3), hw=st.integers(3, 7),
+       k=st.sampled_from([1, 3]), stride=st.integers(1, 2), groups=st.sampled_from([1, 2]))
+def test_conv2d_to_nhwc_random(cin, mid, cout, hw, k, stride, groups):
+    check_family("conv2d_to_nhwc", T.conv_chain_graph(cin, mid * groups, cout, hw, k, stride, groups),
+                 min_matches=2)
+
+
+@HYPOTHESIS
+@given(st.data())
+def test_permute_past_elementwise_random(data):
+    rank = data.draw(st.integers(1, 4), "rank")
+    shape = data.draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank), "shape")
+    axes = data.draw(st.permutations(range(rank)), "axes")
+    check_family("permute_past_elementwise", T.permute_elementwise_graph(shape, axes), min_matches=2)
+
+
+@HYPOTHESIS
+@given(act=st.sampled_from(["relu", "clip", "sigmoid", "tanh", "leakyrelu"]), k=st.integers(1, 3),
+       stride=st.integers(1, 3), pad=st.integers(0, 2), hw=st.integers(3, 8))
+def test_activation_after_maxpool_random(act, k, stride, pad, hw):
+    mod = T.maxpool_graph(act, k, stride, min(pad, k - 1), hw)
+    check_family("activation_after_maxpool", mod)
+
+
+@HYPOTHESIS
+@given(k=st.integers(1, 3), stride=st.integers(1, 3), pad=st.integers(0, 1), hw=st.integers(3, 7),
+       channels=st.integers(1, 4))
+def test_avg_pool_to_conv_random(k, stride, pad, hw, channels):
+    check_family("avg_pool_to_conv", T.avgpool_graph(k, stride, min(pad, k // 2), hw, channels))
