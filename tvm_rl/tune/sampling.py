@@ -46,10 +46,10 @@ def knee(ks: Sequence[int], inertias: Sequence[float]) -> int:
     return int(ks_arr[int(np.argmax(dist))])
 
 
-def _k_grid(k_hi: int) -> np.ndarray:
-    if k_hi <= _MAX_KS:
-        return np.arange(1, k_hi + 1)
-    return np.unique(np.round(np.geomspace(1, k_hi, _MAX_KS)).astype(int))
+def _k_grid(k_lo: int, k_hi: int) -> np.ndarray:
+    if k_hi - k_lo < _MAX_KS:
+        return np.arange(k_lo, k_hi + 1)
+    return np.unique(np.round(np.geomspace(k_lo, k_hi, _MAX_KS)).astype(int))
 
 
 def _best(members: np.ndarray, scores: np.ndarray) -> int:
@@ -59,14 +59,15 @@ def _best(members: np.ndarray, scores: np.ndarray) -> int:
 
 
 def adaptive_sample(points: np.ndarray, scores: np.ndarray, budget: int, rng: np.random.Generator,
-                    explore_frac: float = 0.1, k_max: int | None = None) -> list[int]:
+                    explore_frac: float = 0.1, k_max: int | None = None, k_min: int = 1) -> list[int]:
     """Indices (into `points`) of the candidates to measure, at most `budget` of them.
 
     points: (n, d) candidate configurations, on comparable scales per dimension (e.g. `KnobSpace.normalised`).
     scores: (n,) predicted goodness, higher is better (NaN counts as worst).
     Identical points count once (their best-scored copy). Of the budget, round(budget * explore_frac) goes to
     random unchosen points; the rest bounds k, which is chosen by the knee of the k-means inertia curve over
-    k = 1..min(that rest, k_max, distinct points) (on a geometric grid of 24 ks past 24). Returned: one
+    k = k_min..min(that rest, k_max, distinct points) (on a geometric grid of 24 ks past 24); k_min > 1 keeps a
+    round from measuring only a handful when each round has a fixed cost (the search before it). Returned: one
     best-scored representative per cluster, best first, then the exploration picks; so a landscape with few
     clusters uses less than the budget. Deterministic for a given state of `rng`.
     """
@@ -94,10 +95,11 @@ def adaptive_sample(points: np.ndarray, scores: np.ndarray, budget: int, rng: np
     n_explore = min(int(budget * explore_frac + 0.5), budget - 1, m - 1)
     k_hi = min(budget - n_explore, m, k_max if k_max is not None else m)
     k_hi = max(k_hi, 1)
+    k_lo = max(1, min(k_min, k_hi))
     labels = np.zeros(m, dtype=int)
     if k_hi > 1:
         fits: dict[int, KMeans] = {}
-        ks = _k_grid(k_hi)
+        ks = _k_grid(k_lo, k_hi)
         # One thread: on a few hundred points OpenMP's start-up and contention with a busy machine (builders,
         # runners) make k-means 10-20x slower than serial.
         with warnings.catch_warnings(), threadpool_limits(1):
