@@ -47,8 +47,8 @@ def attention_parts(g: Graph, out_name: str) -> dict | None:
     """The pieces of softmax(Q K^T * s + b) V ending at matmul `out_name`, when fusing them is provably exact.
 
     Q (G, Sq, D) @ K^T (G, D, Sk) -> [row-preserving reshapes, multiplies or divides by a scalar constant,
-    adds of a constant] -> softmax over the last axis -> [row-preserving reshapes] -> @ V (G, Sk, Dv). Every intermediate
-    must have that one reader, so the fused op replaces all of them.
+    adds of a constant] -> softmax over the last axis -> [row-preserving reshapes] -> @ V (G, Sk, Dv).
+    Every intermediate must have that one reader, so the fused op replaces all of them.
     """
     pv = _plain_matmul(g, out_name)
     if pv is None:
@@ -57,13 +57,11 @@ def attention_parts(g: Graph, out_name: str) -> dict | None:
     p, v = g.values[out_name].args
     if not isinstance(p, Var):
         return None
-    removed = []
     name, reader = p.name, out_name
     # Back from the probabilities to the softmax.
     while name in g.values and g.single_use(name) == reader and g.call(g.vars[name], *_TRANSPARENT) is not None:
         if not _transparent(g, name, keys):
             return None
-        removed.append(name)
         reader, name = name, g.values[name].args[0].name if isinstance(g.values[name].args[0], Var) else ""
     softmax = g.values.get(name)
     if getattr(getattr(softmax, "op", None), "name", None) != "relax.nn.softmax" or g.single_use(name) != reader:
@@ -71,7 +69,6 @@ def attention_parts(g: Graph, out_name: str) -> dict | None:
     sm_in = float_tensor(g.vars[name])
     if sm_in is None or sm_in[0][-1] != keys or int(softmax.attrs.axis) % len(sm_in[0]) != len(sm_in[0]) - 1:
         return None
-    removed.append(name)
     sm_name = name
     ops = []  # the score chain in reverse: ("scale", k) / ("bias", array) / ("reshape", shape)
     reader, x = name, softmax.args[0]
@@ -113,14 +110,12 @@ def attention_parts(g: Graph, out_name: str) -> dict | None:
             x = u
         else:
             return None
-        removed.append(name)
         reader = name
     qk = _plain_matmul(g, name)
     if qk is None or qk[2] != dtype or (qk[0][0], qk[0][1], qk[1][2]) != (groups, queries, keys):
         return None
     if tuple(pv[1][:2]) != (groups, keys):
         return None
-    removed.append(name)
     # Fold the chain forward into scores * scale + bias, the bias in (G, Sq, Sk) row-major order.
     scale, bias = 1.0, None
     for kind, value in reversed(ops):
@@ -133,8 +128,7 @@ def attention_parts(g: Graph, out_name: str) -> dict | None:
             bias = bias.reshape(value)
     return {"q": g.values[name].args[0], "k": g.values[name].args[1], "v": v, "scale": scale,
             "bias": None if bias is None else bias.reshape(groups, 1, queries, keys),
-            "shape": (groups, queries, keys, qk[0][2], dv), "dtype": dtype, "qk": name, "softmax": sm_name,
-            "removed": removed}
+            "shape": (groups, queries, keys, qk[0][2], dv), "dtype": dtype, "qk": name, "softmax": sm_name}
 
 
 @register
