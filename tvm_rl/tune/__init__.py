@@ -1,4 +1,18 @@
-"""Operator level: extracting a model's kernels as tuning tasks and tuning them into a MetaSchedule database."""
-from .tasks import TuneReport, extract_tasks, open_database, tune_model
+"""Operator level: kernels as tuning tasks, knob-space search strategies (PPOSearch, SimulatedAnnealing) and
+tuning into a MetaSchedule database. The strategies import torch and scikit-learn, so they load on first use."""
+from .tasks import TuneReport, extract_tasks, make_strategy, open_database, tune_model
 
-__all__ = ["TuneReport", "extract_tasks", "open_database", "tune_model"]
+_LAZY = {"PPOSearch": ".strategy", "KnobSearch": ".strategy", "SimulatedAnnealing": ".annealing",
+         "PPOAgent": ".agent", "PPOConfig": ".agent"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["KnobSearch", "PPOAgent", "PPOConfig", "PPOSearch", "SimulatedAnnealing", "TuneReport",
+           "extract_tasks", "make_strategy", "open_database", "tune_model"]

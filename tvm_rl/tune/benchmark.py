@@ -124,7 +124,7 @@ def summarise(runs: list[dict], trials: int) -> list[dict]:
     seeds = sorted({r["seed"] for r in runs})
     rows = []
     for name in names:
-        reach, ratios, walls, search, hits, total = [], [], [], [], 0, 0
+        reach, ratios, walls, search, rates, hits, total = [], [], [], [], [], 0, 0
         for task in tasks:
             for seed in seeds:
                 mine, base = by.get((task, name, seed)), by.get((task, BASELINE, seed))
@@ -140,26 +140,29 @@ def summarise(runs: list[dict], trials: int) -> list[dict]:
                 if a and b:
                     ratios.append(b / a)
                 walls.append(mine["wall_seconds"])
+                rates.append(60 * len(mine["curve"]) / mine["wall_seconds"])
                 if mine.get("search_seconds") is not None:
                     search.append(mine["search_seconds"])
         rows.append({"strategy": name, "runs": total, "reached": hits,
                      "median_trials_to_reach": float(np.median(reach)) if reach else None,
                      "speedup_vs_evolutionary": geomean(ratios),
                      "median_wall_seconds": float(np.median(walls)) if walls else None,
+                     "trials_per_minute": float(np.median(rates)) if rates else None,
                      "median_search_seconds": float(np.median(search)) if search else None})
     return rows
 
 
 def format_table(rows: list[dict], trials: int) -> str:
     lines = [f"| strategy | runs | reached evolutionary's best at {trials} | median trials to reach | "
-             "best-latency speedup vs evolutionary (geomean) | median wall s | median search s |",
-             "|---|---|---|---|---|---|---|"]
+             "best-latency speedup vs evolutionary (geomean) | median wall s | median search s | trials/min |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         def fmt(v, spec):
             return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
         lines.append(f"| {r['strategy']} | {r['runs']} | {r['reached']}/{r['runs']} | "
                      f"{fmt(r['median_trials_to_reach'], '.0f')} | {fmt(r['speedup_vs_evolutionary'], '.3f')}x | "
-                     f"{fmt(r['median_wall_seconds'], '.0f')} | {fmt(r['median_search_seconds'], '.0f')} |")
+                     f"{fmt(r['median_wall_seconds'], '.0f')} | {fmt(r['median_search_seconds'], '.0f')} | "
+                     f"{fmt(r.get('trials_per_minute'), '.1f')} |")
     return "\n".join(lines)
 
 
@@ -214,6 +217,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         help="points the cost model rates per round, for PPO and annealing alike")
     parser.add_argument("--strategies", nargs="*", default=None)
     parser.add_argument("--tasks", nargs="*", default=None, help="TopHub task names (default: the fixed six)")
+    parser.add_argument("--report", action="store_true",
+                        help="only summarise the JSON written so far (re-timing runs not yet re-timed)")
     parser.add_argument("--quick", action="store_true", help="3 tasks, 1 seed, 16 trials: a check, not a result")
     parser.add_argument("--tophub-dir", default=None)
     parser.add_argument("--out", default=None, help="JSON path (default logs/tuner_<target>[_quick].json)")
@@ -244,7 +249,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     runs = [r for r in state.get("runs", []) if state.get("settings", {}).get("trials") == args.trials]
     done = {(r["task"], r["strategy"], r["seed"]) for r in runs}
     started = time.perf_counter()
-    for seed in range(args.seeds):
+    for seed in range(0 if args.report else args.seeds):
         for task_name in wanted:
             for name in names:
                 if (task_name, name, seed) in done:

@@ -55,6 +55,28 @@ def default_strategy() -> ms.SearchStrategy:
     return ms.search_strategy.EvolutionarySearch(population_size=512, init_min_unmeasured=16, max_fail_count=2)
 
 
+STRATEGIES = ("evolutionary", "ppo", "ppo-topk", "annealing", "random")
+
+
+def make_strategy(name: str | ms.SearchStrategy | None, seed: int = 0) -> ms.SearchStrategy:
+    """A search strategy by name (one of STRATEGIES; None: "evolutionary"), or the strategy itself."""
+    if name is None or name == "evolutionary":
+        return default_strategy()
+    if not isinstance(name, str):
+        return name
+    if name in ("ppo", "ppo-topk"):
+        from .strategy import PPOSearch
+
+        return PPOSearch(adaptive=name == "ppo", seed=seed)
+    if name == "annealing":
+        from .annealing import SimulatedAnnealing
+
+        return SimulatedAnnealing(seed=seed)
+    if name == "random":
+        return ms.search_strategy.ReplayTrace()
+    raise TvmRlError(f"unknown search strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+
+
 _BUILDER: PersistentBuilder | None = None
 
 
@@ -78,13 +100,15 @@ class TuneReport:
 
 
 def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str | Path,
-               trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy: ms.SearchStrategy | None = None,
+               trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy: ms.SearchStrategy | str | None = None,
                seed: int = 0, op_filter: str | None = None, builder: ms.Builder | None = None,
                runner: ms.Runner | str = "local", verbose: bool = False) -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
 
-    `strategy` is a MetaSchedule SearchStrategy; by default `default_strategy()` (evolutionary search). It is
-    wrapped so that a task whose space is exhausted ends instead of being re-searched for nothing.
+    `strategy` is a MetaSchedule SearchStrategy or a name from STRATEGIES ("ppo" is PPOSearch); by default
+    `default_strategy()` (evolutionary search), which is wrapped so that a task whose space is exhausted ends
+    instead of being re-searched for nothing (the knob-space strategies end such tasks themselves, and may
+    measure fewer than `trials_per_iter` in a round on purpose).
     Returns the database (ready for `measure.build(..., database=...)`) and a report. The default builder
     is a process-wide PersistentBuilder, so its warm workers serve every call. Progress is one line per
     measured batch; MetaSchedule's own per-task tables go to `work_dir/ms_logs` (and the console if `verbose`).
@@ -111,8 +135,11 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     preload_tensor_intrinsics()
     if not verbose:
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    strategy = make_strategy(strategy, seed)
+    if _is_evolutionary(strategy):
+        strategy = StopWhenExhausted(strategy)
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        todo, str(work_dir / "ms_logs"), strategy=StopWhenExhausted(strategy or default_strategy()), seed=seed)
+        todo, str(work_dir / "ms_logs"), strategy=strategy, seed=seed)
     # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
     for budget in sorted(set(budgets)):
         group = [i for i, b in enumerate(budgets) if b == budget]
@@ -127,3 +154,7 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
         report.trials += budget * len(group)
     report.seconds = time.perf_counter() - start
     return database, report
+
+
+def _is_evolutionary(strategy: ms.SearchStrategy) -> bool:
+    return isinstance(strategy, ms.search_strategy.EvolutionarySearch)
