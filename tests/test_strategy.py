@@ -113,3 +113,17 @@ def logging_quiet():
     import logging
 
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+
+
+def test_protocol_on_a_cuda_target_yields_only_schedules_that_pass_gpu_checks():
+    """No GPU needed: the candidates are decoded with the CUDA postprocessors (VerifyGPUCode among them)."""
+    from tvm_rl import measure
+
+    ctx = knobs.make_context(matmul(64), measure.cuda_target("sm_90"), "matmul_cuda", seed=0)
+    inst, batches = drive(PPOSearch(config=PPOConfig(walks=8, max_evaluations=24), seed=0), ctx, trials=8,
+                          per_iter=4)
+    assert inst.trials == 8 and len(inst.measured) == 8
+    for batch in batches:
+        for cand in batch:
+            lib = tvm.compile(cand.sch.mod, target=ctx.target)  # CUDA codegen (nvcc is on this machine)
+            assert lib is not None
