@@ -234,8 +234,8 @@ class PPOSearch(KnobSearch):
         for s, space in enumerate(self.spaces):
             mine = [np.array(p[1]) for p in elite if p[0] == s]
             starts = [mine[i % len(mine)] for i in range(walks_per_space // 2)] if mine else []
-            starts += [p for _, p in (self._random_point_in(s) for _ in range(walks_per_space - len(starts)))
-                       if p is not None]
+            fresh = (self._random_valid(s) for _ in range(walks_per_space - len(starts)))
+            starts += [vec for vec in fresh if vec is not None]
             if not starts:
                 continue
             starts = np.stack(starts)
@@ -260,12 +260,13 @@ class PPOSearch(KnobSearch):
                                  k_min=int(math.ceil(n * self.min_batch_fraction)))
         return [pool[i][0] for i in chosen]
 
-    def _random_point_in(self, s: int, tries: int = 8) -> tuple[int, np.ndarray | None]:
+    def _random_valid(self, s: int, tries: int = 8) -> np.ndarray | None:
+        """A random vector of space s that decodes (rated on the way), or None after `tries` invalid draws."""
         for _ in range(tries):
             vec = self.spaces[s].random(self.rng)
             if not np.isnan(self.evaluate(s, vec[None])[0]):
-                return s, vec
-        return s, None
+                return vec
+        return None
 
     def _features(self, point: Point) -> np.ndarray:
         """A point as clustering sees it: its normalised knob vector, with the space index as one more axis
