@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,12 +91,14 @@ def shared_builder() -> PersistentBuilder:
 
 @dataclass
 class TuneReport:
-    """What a tuning call did: tasks seen, tasks tuned, trials asked for, seconds spent."""
+    """What a tuning call did: tasks seen, tasks tuned, trials asked for, records measured, seconds spent.
+    (A task whose design space runs out ends early: `measured` can be below `trials`.)"""
 
     tasks: int = 0
     tuned: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     trials: int = 0
+    measured: int = 0
     seconds: float = 0.0
 
 
@@ -105,13 +108,30 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
                runner: ms.Runner | str = "local", verbose: bool = False) -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
 
+    Kernels are extracted as `measure.build` looks them up, so the database applies to the build; the rest is
+    `tune_workloads`. Returns the database (ready for `measure.build(..., database=...)`) and a report.
+    """
+    target = parse_target(target)
+    workloads = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
+    return tune_workloads(workloads, target, work_dir, trials_per_kernel, trials_per_iter, strategy, seed,
+                          op_filter, builder, runner, verbose)
+
+
+def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target: tvm.target.Target | str,
+                   work_dir: str | Path, trials_per_kernel: int = 64, trials_per_iter: int = 16,
+                   strategy: ms.SearchStrategy | str | None = None, seed: int = 0, op_filter: str | None = None,
+                   builder: ms.Builder | None = None, runner: ms.Runner | str = "local",
+                   verbose: bool = False) -> tuple[ms.Database, TuneReport]:
+    """Tune (name, TIR module with one PrimFunc, weight) workloads into `work_dir`'s database, each up to
+    `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
+    interrupted run resumes.
+
     `strategy` is a MetaSchedule SearchStrategy or a name from STRATEGIES ("ppo" is PPOSearch); by default
     `default_strategy()` (evolutionary search), which is wrapped so that a task whose space is exhausted ends
     instead of being re-searched for nothing (the knob-space strategies end such tasks themselves, and may
-    measure fewer than `trials_per_iter` in a round on purpose).
-    Returns the database (ready for `measure.build(..., database=...)`) and a report. The default builder
-    is a process-wide PersistentBuilder, so its warm workers serve every call. Progress is one line per
-    measured batch; MetaSchedule's own per-task tables go to `work_dir/ms_logs` (and the console if `verbose`).
+    measure fewer than `trials_per_iter` in a round on purpose). The default builder is a process-wide
+    PersistentBuilder, so its warm workers serve every call. Progress is one line per measured batch;
+    MetaSchedule's own per-task tables go to `work_dir/ms_logs` (and the console if `verbose`).
     """
     target = parse_target(target)
     work_dir = Path(work_dir)
@@ -119,15 +139,15 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     report = TuneReport()
     done = records_per_workload(database)
     todo, budgets = [], []
-    for task in extract_tasks(mod, target):
+    for name, mod, weight in workloads:
         report.tasks += 1
-        if op_filter and op_filter not in task.task_name:
+        if op_filter and op_filter not in name:
             continue
-        have = done.get(tvm_ffi.structural_hash(task.dispatched[0]), 0)
+        have = done.get(tvm_ffi.structural_hash(mod), 0)
         if have >= trials_per_kernel:
-            report.skipped.append(task.task_name)
+            report.skipped.append(name)
             continue
-        todo.append(task)
+        todo.append((name, mod, weight))
         budgets.append(trials_per_kernel - have)
     if not todo:
         return database, report
@@ -138,20 +158,24 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     strategy = make_strategy(strategy, seed)
     if _is_evolutionary(strategy):
         strategy = StopWhenExhausted(strategy)
-    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        todo, str(work_dir / "ms_logs"), strategy=strategy, seed=seed)
+    names = [name for name, _, _ in todo]
+    loggers = ms.logging.get_loggers_from_work_dir(str(work_dir / "ms_logs"), names)
+    contexts = [ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
+                               task_name=name, logger=logger, rand_state=rand_state, num_threads="physical")
+                for (name, mod, _), logger, rand_state in zip(todo, loggers, ms.utils.fork_seed(seed, n=len(todo)))]
     # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
     for budget in sorted(set(budgets)):
         group = [i for i, b in enumerate(budgets) if b == budget]
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
-                     ProgressLine("  ", [todo[i].task_name for i in group])]
+                     ProgressLine("  ", [names[i] for i in group])]
         ms.tune_tasks(
-            measure_callbacks=callbacks, tasks=[contexts[i] for i in group], task_weights=[weights[i] for i in group],
+            measure_callbacks=callbacks, tasks=[contexts[i] for i in group], task_weights=[todo[i][2] for i in group],
             work_dir=str(work_dir / "ms_logs"), max_trials_global=budget * len(group),
             max_trials_per_task=budget, num_trials_per_iter=min(trials_per_iter, budget),
             database=database, builder=builder or shared_builder(), runner=runner)
-        report.tuned += [todo[i].task_name for i in group]
+        report.tuned += [names[i] for i in group]
         report.trials += budget * len(group)
+    report.measured = sum(records_per_workload(database).values()) - sum(done.values())
     report.seconds = time.perf_counter() - start
     return database, report
 

@@ -1,0 +1,55 @@
+"""`tvm-rl tune`: tune TopHub tasks or a model's kernels into a MetaSchedule database, with any strategy."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..measure import host_cpu_target, parse_target
+from .tasks import STRATEGIES, tune_model, tune_workloads
+
+
+def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
+    ap = argparse.ArgumentParser(
+        prog=prog, description="Tune kernels into a resumable MetaSchedule database (rerun to resume).",
+        epilog="examples:\n  tvm-rl tune --model resnet18 --size tiny --trials 16\n"
+               "  tvm-rl tune --tophub --ops depthwise_conv2d --max-tasks 4 --strategy ppo\n"
+               "  tvm-rl tune --onnx model.onnx --target cuda --strategy ppo",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help="a zoo model name (see tvm_rl.models.names())")
+    what.add_argument("--onnx", help="an ONNX file (static shapes)")
+    what.add_argument("--tophub", action="store_true", help="TopHub tasks (see --ops, --max-tasks, --tophub-dir)")
+    ap.add_argument("--size", default="tiny", choices=["tiny", "full"], help="zoo model size (default tiny)")
+    ap.add_argument("--ops", nargs="*", help="TopHub ops to keep, e.g. conv2d depthwise_conv2d batch_matmul")
+    ap.add_argument("--max-tasks", type=int, default=None, help="at most this many TopHub tasks")
+    ap.add_argument("--tophub-dir", default=None, help="folder of TopHub logs (default $TVM_RL_TOPHUB_DIR or "
+                                                       "~/.tvm/tophub)")
+    ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
+    ap.add_argument("--strategy", default="ppo", choices=STRATEGIES)
+    ap.add_argument("--trials", type=int, default=32, help="measured trials per kernel (default 32)")
+    ap.add_argument("--per-iter", type=int, default=8, help="candidates measured per round (default 8)")
+    ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--work-dir", default=None, help="database folder (default logs/tuning/<target kind>)")
+    args = ap.parse_args(argv)
+
+    target = host_cpu_target() if args.target == "llvm" else parse_target(args.target)
+    work_dir = Path(args.work_dir or f"logs/tuning/{target.kind.name}")
+    common = dict(trials_per_kernel=args.trials, trials_per_iter=args.per_iter, strategy=args.strategy,
+                  seed=args.seed, op_filter=args.op_filter)
+    if args.tophub:
+        from .tophub import load_tasks
+
+        tasks = load_tasks(args.tophub_dir, ops=args.ops, max_tasks=args.max_tasks)
+        print(f"{len(tasks)} TopHub tasks -> {work_dir}", flush=True)
+        _, report = tune_workloads([(t.name, t.mod(), 1.0) for t in tasks], target, work_dir, **common)
+    else:
+        from .. import models
+
+        model = models.load(args.model, args.size) if args.model else models.from_onnx(args.onnx)
+        print(f"{args.model or args.onnx} -> {work_dir}", flush=True)
+        _, report = tune_model(model.mod, target, work_dir, **common)
+    print(f"{report.tasks} kernels: {len(report.tuned)} tuned, {len(report.skipped)} already had {args.trials} "
+          f"trials; {report.measured} of {report.trials} trials measured (a small space can run out) in "
+          f"{report.seconds:.0f} s. Database: {work_dir}")
+    return 0
