@@ -1,0 +1,528 @@
+"""Graph cost: what the search and the environment minimise.
+
+Three estimates of a Relax module's latency, from slow and true to fast and rough:
+  (b) `end_to_end_ms`: build the module and time it (the harness's median);
+  (a) `KernelCostCache`: the sum over the lowered kernels of calls x latency, each distinct kernel
+      (structural hash of the scheduled PrimFunc + target + database) timed alone once and kept on disk
+      as JSON lines, so later runs and other graphs sharing the kernel reuse it;
+  (c) rooflines from FLOPs and bytes moved: `kernel_roofline_ms` over the lowered TIR kernels (TVM's
+      own fusion, ~0.5 s a tiny model for lowering) and `graph_roofline_ms` over the Relax bindings with a
+      simple fusion model (milliseconds; what the environment scores dozens of candidates with per step).
+`compare_costs` says how far (a) and (c) are from (b). Every cost function maps an IRModule to milliseconds.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+import tvm
+import tvm_ffi
+from tvm import relax, tirx
+from tvm.ir import Call, GenericConst, Tuple, TupleGetItem, Var
+
+from .. import measure
+from ..errors import BuildError
+from .rules.ir import Graph, op_name, static_shape
+
+CostFn = Callable[[tvm.IRModule], float]
+
+DEFAULT_CACHE_DIR = Path(os.environ.get("TVM_RL_KERNEL_COST_DIR",
+                                        Path(__file__).resolve().parents[2] / "logs" / "kernel_cost"))
+
+# ------------------------------------------------------------------------------------------- hardware
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A roofline: a kernel takes max(FLOPs / peak, bytes / bandwidth) plus a fixed launch overhead."""
+
+    peak_gflops: float
+    gbps: float
+    launch_us: float = 0.0
+    source: str = "assumed"
+
+    def time_ms(self, flops: float, nbytes: float) -> float:
+        return max(flops / (self.peak_gflops * 1e9), nbytes / (self.gbps * 1e9)) * 1e3 + self.launch_us * 1e-3
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_hardware(target: tvm.target.Target | str) -> Hardware:
+    """Nominal figures, stated rather than measured: calibrate them (`calibrate`) before trusting a proxy.
+
+    LLVM: 2 Zen 3 cores, AVX2 FMA at ~3 GHz (16 fp32 FLOP/cycle/core, ~100 GFLOP/s) and ~20 GB/s of DRAM
+    bandwidth. Untuned TVM kernels on CPU are naive scalar loops, far below both, so the nominal CPU
+    roofline underestimates untuned builds by orders of magnitude. CUDA: an H100 SXM, 67 TFLOP/s fp32
+    without tensor cores, 3350 GB/s HBM3, ~3 us per kernel launch.
+    """
+    target = measure.parse_target(target)
+    if measure.is_gpu(target):
+        return Hardware(67_000.0, 3350.0, 3.0, "assumed: H100 SXM fp32 (no tensor cores)")
+    return Hardware(100.0, 20.0, 1.0, "assumed: 2 Zen 3 cores, AVX2 FMA")
+
+
+def calibrate(flops: Sequence[float], nbytes: Sequence[float], measured_ms: Sequence[float],
+              source: str = "calibrated") -> Hardware:
+    """The roofline (peak, bandwidth, launch overhead) that best predicts measured kernel latencies.
+
+    Least mean |log(predicted / measured)| over a log grid: a few kernels suffice, and the log error keeps
+    one slow kernel from deciding the fit for all the fast ones.
+    """
+    f, b, t = (np.asarray(v, dtype=np.float64) for v in (flops, nbytes, measured_ms))
+    if not (len(f) == len(b) == len(t)) or len(t) == 0:
+        raise ValueError(f"calibrate needs equal, non-empty lists; got {len(f)}, {len(b)}, {len(t)}")
+    if np.any(t <= 0):
+        raise ValueError("calibrate needs positive measured latencies")
+    best = (math.inf, None)
+    peaks, bws = np.logspace(-1, 5, 61), np.logspace(-1, 4, 51)  # GFLOP/s, GB/s
+    compute = f[None, :] / (peaks[:, None] * 1e9) * 1e3  # (peaks, kernels) in ms
+    memory = b[None, :] / (bws[:, None] * 1e9) * 1e3
+    for launch_us in (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0):
+        pred = np.maximum(compute[:, None, :], memory[None, :, :]) + launch_us * 1e-3
+        err = np.abs(np.log(np.maximum(pred, 1e-12) / t)).mean(axis=-1)
+        i, j = np.unravel_index(np.argmin(err), err.shape)
+        if err[i, j] < best[0]:
+            best = (float(err[i, j]), Hardware(float(peaks[i]), float(bws[j]), launch_us, source))
+    return best[1]
+
+
+# ------------------------------------------------------------------------------------ kernel profiles
+
+
+def _nbytes(ty) -> int:
+    """Bytes of a tensor type (or the sum over a tuple type's fields); 0 when the shape is not static."""
+    if isinstance(ty, relax.TupleType):
+        return sum(_nbytes(t) for t in ty.fields)
+    shape = static_shape(ty)
+    if shape is None:
+        return 0
+    return int(np.prod(shape, dtype=np.int64)) * tvm.DataType(str(ty.dtype)).itemsize
+
+
+# Reading shapes through TVM's FFI dominates the cost of scoring a graph, and the candidates of one step share
+# almost all their Var and Call objects with the current graph, so per-object results are memoised. TVM
+# objects hash and compare by identity; the keys keep them alive, so an address is never reused while cached.
+_MEMO: dict = {}
+_MEMO_LIMIT = 200_000
+
+
+def memo(key, compute):
+    """`compute()` cached under `key` (a tuple of TVM objects and plain values) for this process."""
+    hit = _MEMO.get(key)
+    if hit is None:
+        if len(_MEMO) > _MEMO_LIMIT:
+            _MEMO.clear()
+        hit = _MEMO[key] = compute()
+    return hit
+
+
+def tensor_info(expr) -> tuple[tuple[int, ...] | None, int]:
+    """(static shape or None, bytes) of a Var's or constant's type, memoised per object."""
+    return memo(("info", expr), lambda: (static_shape(expr.ty), _nbytes(expr.ty)))
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """One lowered kernel: name, structural hash of its (scheduled) PrimFunc, call count, FLOPs, bytes."""
+
+    name: str
+    structural_hash: int
+    calls: int
+    flops: float
+    nbytes: int
+
+
+def _prim_func_bytes(func: tirx.PrimFunc) -> int:
+    """Bytes of the buffers a kernel reads and writes: a fused kernel's minimum DRAM traffic."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return sum(int(np.prod([int(d) for d in info.shape], dtype=np.int64)) * tvm.DataType(str(info.dtype)).itemsize
+               for info in ArgInfo.from_prim_func(func))
+
+
+def kernel_profiles(mod: tvm.IRModule, target: tvm.target.Target | str, database=None) -> list[KernelProfile]:
+    """FLOPs (TVM's TIR estimate) and bytes of every kernel `mod` lowers to, with how often it is called."""
+    return _profiles_of(measure.kernel_stage(mod, measure.parse_target(target), database))
+
+
+def kernel_roofline_ms(mod: tvm.IRModule, target: tvm.target.Target | str, hardware: Hardware | None = None,
+                       database=None) -> float:
+    """Roofline latency of `mod`'s lowered kernels: sum of calls x hardware.time_ms(FLOPs, bytes)."""
+    hardware = hardware or default_hardware(target)
+    return sum(k.calls * hardware.time_ms(k.flops, k.nbytes) for k in kernel_profiles(mod, target, database))
+
+
+# -------------------------------------------------------------------------------- Relax-level profiles
+
+# Operators that move no data at run time (TVM turns dataflow reshapes into views) or only bookkeeping.
+_VIEW_OPS = frozenset({"relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten"})
+# Operators FuseOps puts into their producer's kernel (element-wise, broadcast, injective).
+_FUSABLE_OPS = frozenset({
+    "relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.power", "relax.maximum",
+    "relax.minimum", "relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.sigmoid",
+    "relax.tanh", "relax.exp", "relax.sqrt", "relax.rsqrt", "relax.negative", "relax.clip", "relax.astype",
+    "relax.permute_dims", "relax.broadcast_to", "relax.zeros_like", "relax.ones_like", "relax.strided_slice",
+    "relax.take", "relax.concat", "relax.split", "relax.nn.leakyrelu", "relax.erf", "relax.abs",
+})
+# FLOPs per output element of the normalisations and softmax (exp, sums, divides; a stated round number).
+_PER_ELEMENT = {"relax.nn.softmax": 5, "relax.nn.log_softmax": 5, "relax.nn.layer_norm": 8,
+                "relax.nn.batch_norm": 4, "relax.nn.group_norm": 8, "relax.nn.rms_norm": 6,
+                "relax.nn.gelu": 8, "relax.nn.silu": 4, "relax.sigmoid": 4}
+
+
+@dataclass(frozen=True)
+class OpProfile:
+    """One binding of `main`: its operator ("tuple_get_item", "tuple", "var" for non-calls), FLOPs and the
+    bytes it reads and writes when run alone."""
+
+    name: str
+    op: str
+    flops: float
+    nbytes: int
+    inputs: tuple[str, ...] = field(default=())
+
+
+def _numel(expr) -> int:
+    shape = static_shape(getattr(expr, "ty", None))
+    return int(np.prod(shape, dtype=np.int64)) if shape is not None else 0
+
+
+def op_flops(call: Call, out: Var) -> float:
+    """FLOPs of one Relax operator call (multiply-add = 2), from its static shapes."""
+    name = op_name(call)
+    n_out = _numel(out)
+    if name == "relax.matmul":
+        a = static_shape(call.args[0].ty)
+        return 2.0 * n_out * (a[-1] if a else 0)
+    if name in ("relax.nn.conv2d", "relax.nn.conv1d", "relax.nn.conv3d"):
+        w = static_shape(call.args[1].ty)
+        out_channels = w[str(call.attrs.kernel_layout).index("O")] if w else 1
+        return 2.0 * n_out * (int(np.prod(w)) // max(out_channels, 1) if w else 0)
+    if name == "relax.nn.attention":
+        q, k, v = (static_shape(a.ty) for a in call.args[:3])
+        if q and k and v:  # (batch, seq, heads, dim)
+            b, s, h, d = q
+            s_kv, dv = k[1], v[3]
+            return 2.0 * b * h * s * s_kv * (d + dv) + 5.0 * b * h * s * s_kv
+    if name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
+        return float(n_out * int(np.prod([int(p) for p in call.attrs.pool_size])))
+    if name in ("relax.mean", "relax.sum", "relax.max", "relax.min", "relax.variance"):
+        return float(_numel(call.args[0]))
+    if name in _VIEW_OPS or name in ("relax.permute_dims", "relax.broadcast_to", "relax.zeros_like",
+                                     "relax.concat", "relax.split", "relax.take", "relax.strided_slice"):
+        return 0.0
+    return float(_PER_ELEMENT.get(name, 1) * n_out)
+
+
+def _tensor_args(value) -> list:
+    if isinstance(value, Call):
+        return [a for a in value.args if isinstance(a, (Var, GenericConst))]
+    if isinstance(value, Tuple):
+        return [a for a in value.fields if isinstance(a, (Var, GenericConst))]
+    if isinstance(value, TupleGetItem):
+        return [value.tuple_value]
+    if isinstance(value, Var):
+        return [value]
+    return []
+
+
+def op_profiles(mod: tvm.IRModule, graph: Graph | None = None) -> list[OpProfile]:
+    """FLOPs and bytes of every dataflow binding of `main`, each as if it ran alone (node features)."""
+    g = graph or Graph(mod)
+    return [memo(("op", g.vars[name], g.values[name]), lambda: _op_profile(name, g.vars[name], g.values[name]))
+            for name in g.order]
+
+
+def _op_profile(name: str, var: Var, value) -> OpProfile:
+    op = op_name(value) or {Tuple: "tuple", TupleGetItem: "tuple_get_item"}.get(type(value), "var")
+    args = _tensor_args(value)
+    if op.startswith("relax.") and op not in _VIEW_OPS:
+        flops, nbytes = op_flops(value, var), sum(tensor_info(a)[1] for a in args) + tensor_info(var)[1]
+    else:
+        flops, nbytes = 0.0, 0
+    return OpProfile(name, op, flops, nbytes, tuple(a.name for a in args if isinstance(a, Var)))
+
+
+def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[float, int]]:
+    """(FLOPs, bytes) of the kernels `main` would roughly fuse into, without lowering it.
+
+    The model of TVM's FuseOps: an element-wise/broadcast/injective op joins the kernel of its first input's
+    producer when that input is used only there; views (reshape) and tuple plumbing cost nothing and pass
+    their producer through. A kernel's bytes are the tensors it reads from outside plus those it writes
+    that are read outside (or returned).
+    """
+    g = graph or Graph(mod)
+    profiles = {p.name: p for p in op_profiles(mod, g)}
+    root: dict[str, str] = {}  # views and tuple items -> the binding whose data they are
+    group: dict[str, int] = {}
+    members: list[list[str]] = []
+    for name in g.order:
+        p = profiles[name]
+        src = [root.get(i, i) for i in p.inputs]
+        if p.op in _VIEW_OPS or p.op in ("tuple_get_item", "var", "tuple"):
+            if src:
+                root[name] = src[0]
+            continue
+        joined = None
+        if p.op in _FUSABLE_OPS:
+            for s, raw in zip(src, p.inputs):
+                if s in group and g.single_use(raw) is not None:
+                    joined = group[s]
+                    break
+        if joined is None:
+            joined = len(members)
+            members.append([])
+        group[name] = joined
+        members[joined].append(name)
+    # Reads by each group, and which groups (or the function's result) read each binding.
+    readers: dict[str, set] = {}
+    for name in g.order:
+        target = group.get(name, None)
+        for raw in profiles[name].inputs:
+            readers.setdefault(root.get(raw, raw), set()).add(target if target is not None else ("view", name))
+    result_reads = {root.get(n, n) for n, c in g.external.items() if c}
+    var_bytes = {name: tensor_info(g.vars[name])[1] for name in g.order}
+    params = {p.name: tensor_info(p)[1] for p in g.func.params}
+    out = []
+    for gi, names in enumerate(members):
+        flops = sum(profiles[n].flops for n in names)
+        nbytes, seen = 0, set()
+        for n in names:
+            value = g.values[n]
+            for arg in _tensor_args(value):
+                src = root.get(arg.name, arg.name) if isinstance(arg, Var) else None
+                if src is not None and group.get(src) == gi:
+                    continue
+                key = src if src is not None else id(arg)
+                if key in seen:
+                    continue
+                seen.add(key)
+                if isinstance(arg, GenericConst):
+                    nbytes += tensor_info(arg)[1]
+                else:
+                    nbytes += var_bytes.get(src, params.get(src, tensor_info(arg)[1]))
+            escapes = n in result_reads or any(r != gi for r in readers.get(n, ()))
+            if escapes:
+                nbytes += var_bytes[n]
+        out.append((flops, nbytes))
+    return out
+
+
+def graph_roofline_ms(mod: tvm.IRModule, hardware: Hardware) -> float:
+    """Roofline latency of `main` from its Relax bindings and a fusion model (no lowering: milliseconds)."""
+    return sum(hardware.time_ms(f, b) for f, b in fused_groups(mod))
+
+
+# ------------------------------------------------------------------------------------ measured costs
+
+
+def database_tag(database) -> str:
+    """The part of a cache key that says which kernels were used: "untuned", or a JSON database's path."""
+    if database is None:
+        return "untuned"
+    path = getattr(database, "path_tuning_record", None)
+    if path:
+        return f"json:{os.path.abspath(str(path))}"
+    raise ValueError(f"cannot name database {type(database).__name__} in a cache key; pass database_tag=...")
+
+
+@dataclass(frozen=True)
+class KernelCost:
+    """One kernel's measured median latency (ms), its call count, and whether the cache already had it."""
+
+    profile: KernelProfile
+    latency_ms: float
+    cached: bool
+
+    @property
+    def total_ms(self) -> float:
+        return self.profile.calls * self.latency_ms
+
+
+class KernelCostCache:
+    """Per-kernel latency, measured once per (kernel, target, database) and kept on disk across runs.
+
+    The cost of a module is sum(calls x latency) over its lowered kernels. Keys are the structural hash of
+    the kernel *after* the database's schedule is applied, the target's JSON and `database_tag(database)`,
+    so a tuned and an untuned kernel never share an entry and one database serves every graph alike.
+    Entries are JSON lines in `directory/kernels.jsonl` (appended as measured; unreadable lines skipped).
+    """
+
+    def __init__(self, target: tvm.target.Target | str, database=None, directory: str | Path | None = None,
+                 tag: str | None = None, repeat: int = 10):
+        self.target = measure.parse_target(target)
+        self.database = database
+        self.tag = tag or database_tag(database)
+        self.repeat = repeat
+        self.directory = Path(directory) if directory is not None else DEFAULT_CACHE_DIR
+        self.path = self.directory / "kernels.jsonl"
+        self.entries: dict[str, dict] = {}
+        self.hits = self.misses = 0
+        if self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                    self.entries[entry["key"]] = entry
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue  # a line cut short by a killed run: re-measure that kernel when needed
+
+    def key(self, structural_hash: int) -> str:
+        return f"{structural_hash}|{self.target}|{self.tag}"
+
+    def kernel_costs(self, mod: tvm.IRModule) -> list[KernelCost]:
+        """Every kernel of `mod` with its latency, timing only those not in the cache."""
+        lowered = measure.kernel_stage(mod, self.target, self.database)
+        profiles = _profiles_of(lowered)
+        out = []
+        rng = np.random.default_rng(0)
+        for profile in profiles:
+            key = self.key(profile.structural_hash)
+            entry = self.entries.get(key)
+            if entry is not None:
+                self.hits += 1
+                out.append(KernelCost(profile, float(entry["median_ms"]), True))
+                continue
+            self.misses += 1
+            timing = _time_kernel(lowered, profile.name, self.target, rng, self.repeat)
+            entry = {"key": key, "structural_hash": profile.structural_hash, "target": str(self.target),
+                     "database": self.tag, "name": profile.name, "flops": profile.flops,
+                     "nbytes": profile.nbytes, **timing.as_dict()}
+            self._append(entry)
+            out.append(KernelCost(profile, timing.median_ms, False))
+        return out
+
+    def __call__(self, mod: tvm.IRModule) -> float:
+        """sum(calls x latency) over `mod`'s kernels, in ms."""
+        return sum(k.total_ms for k in self.kernel_costs(mod))
+
+    def _append(self, entry: dict) -> None:
+        self.entries[entry["key"]] = entry
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a") as f:  # one write per line: concurrent runs interleave whole lines
+            f.write(json.dumps(entry) + "\n")
+
+
+def _profiles_of(lowered: tvm.IRModule) -> list[KernelProfile]:
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    calls = measure.kernel_calls(lowered)
+    out = []
+    for gvar, func in lowered.functions.items():
+        if isinstance(func, tirx.PrimFunc) and gvar.name_hint in calls:
+            try:
+                flops = float(estimate_tir_flops(tvm.IRModule({gvar.name_hint: func})))
+            except Exception:  # data-dependent loops: TVM cannot count them
+                flops = 0.0
+            out.append(KernelProfile(gvar.name_hint, tvm_ffi.structural_hash(func), calls[gvar.name_hint],
+                                     flops, _prim_func_bytes(func)))
+    return out
+
+
+def _time_kernel(lowered: tvm.IRModule, name: str, target: tvm.target.Target, rng: np.random.Generator,
+                 repeat: int) -> measure.Timing:
+    """One kernel built alone and timed on random inputs (as `measure.time_kernels` does for all)."""
+    func = lowered[name]
+    device = measure.device_for(target)
+    try:
+        lib = tvm.compile(tvm.IRModule({name: func.with_attr("global_symbol", name)}), target=target)
+    except Exception as err:
+        raise BuildError(f"kernel {name} failed to build for {target.kind.name}: {err}") from err
+    args = measure.random_args(func, device, rng)
+    runnable = lib.jit()
+    runnable[name](*args)  # warm-up
+    evaluator = runnable.time_evaluator(name, device, number=1, repeat=repeat)
+    return measure.summarize([s * 1e3 for s in evaluator(*args).results])
+
+
+def end_to_end_ms(mod: tvm.IRModule, target: tvm.target.Target | str, inputs: Sequence[np.ndarray],
+                  database=None, repeat: int = 10) -> measure.Timing:
+    """Build `mod` (with `database`'s tuned kernels) and time it on `inputs`: the harness's median."""
+    target = measure.parse_target(target)
+    runner = measure.Runner(measure.build(mod, target, database), target)
+    return runner.time(inputs, repeat=repeat)
+
+
+# -------------------------------------------------------------------------------------- cost functions
+
+
+class Memo:
+    """A cost function memoised by structural hash (search and the environment revisit graphs)."""
+
+    def __init__(self, fn: CostFn):
+        self.fn = fn
+        self.values: dict[int, list[tuple[tvm.IRModule, float]]] = {}
+        self.calls = 0
+
+    def __call__(self, mod: tvm.IRModule) -> float:
+        key = tvm_ffi.structural_hash(mod)
+        for seen, value in self.values.get(key, ()):
+            if seen is mod or tvm_ffi.structural_equal(seen, mod):
+                return value
+        self.calls += 1
+        value = float(self.fn(mod))
+        self.values.setdefault(key, []).append((mod, value))
+        return value
+
+
+def roofline_cost(hardware: Hardware) -> CostFn:
+    """The fast proxy as a cost function: `graph_roofline_ms(mod, hardware)`, memoised."""
+    return Memo(lambda mod: graph_roofline_ms(mod, hardware))
+
+
+def kernel_sum_cost(cache: KernelCostCache) -> CostFn:
+    """The cached per-kernel sum as a cost function, memoised."""
+    return Memo(cache)
+
+
+def end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.ndarray], database=None,
+                    repeat: int = 10) -> CostFn:
+    """The measured end-to-end median as a cost function, memoised."""
+    return Memo(lambda mod: end_to_end_ms(mod, target, inputs, database, repeat).median_ms)
+
+
+# ------------------------------------------------------------------------------------------ comparison
+
+
+@dataclass(frozen=True)
+class CostComparison:
+    """The estimates of one module's latency (ms) and their relative errors against end-to-end."""
+
+    end_to_end_ms: float
+    kernel_sum_ms: float
+    kernel_roofline_ms: float
+    graph_roofline_ms: float
+    hardware: Hardware
+
+    @staticmethod
+    def rel(estimate: float, truth: float) -> float:
+        return (estimate - truth) / truth
+
+    def errors(self) -> dict[str, float]:
+        return {"kernel_sum": self.rel(self.kernel_sum_ms, self.end_to_end_ms),
+                "kernel_roofline": self.rel(self.kernel_roofline_ms, self.end_to_end_ms),
+                "graph_roofline": self.rel(self.graph_roofline_ms, self.end_to_end_ms)}
+
+    def as_dict(self) -> dict:
+        return {**{k: v for k, v in asdict(self).items() if k != "hardware"}, "hardware": self.hardware.as_dict(),
+                "rel_error": self.errors()}
+
+
+def compare_costs(mod: tvm.IRModule, target: tvm.target.Target | str, inputs: Sequence[np.ndarray],
+                  cache: KernelCostCache, hardware: Hardware | None = None, repeat: int = 10) -> CostComparison:
+    """All estimates of `mod`'s latency on `target` with `cache`'s database, against the measured median.
+
+    Relative errors are (estimate - end-to-end) / end-to-end: negative means the estimate is too low.
+    """
+    hardware = hardware or default_hardware(target)
+    e2e = end_to_end_ms(mod, cache.target, inputs, cache.database, repeat).median_ms
+    kernels = cache.kernel_costs(mod)
+    return CostComparison(e2e, sum(k.total_ms for k in kernels),
+                          sum(k.profile.calls * hardware.time_ms(k.profile.flops, k.profile.nbytes) for k in kernels),
+                          graph_roofline_ms(mod, hardware), hardware)
