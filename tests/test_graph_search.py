@@ -1,0 +1,68 @@
+"""Search baselines: greedy, TASO-style backtracking and random rollouts keep the function, never raise the
+cost, and are deterministic."""
+import pytest
+import tvm_ffi
+
+from tvm_rl import models
+from tvm_rl.graph import cost, search
+from tvm_rl.graph import testing as T
+from tvm_rl.graph.verify import compare_variants
+
+HW = cost.default_hardware("llvm")
+SEARCHES = {
+    "greedy": lambda mod, c, **kw: search.greedy(mod, c, **kw),
+    "backtracking": lambda mod, c, **kw: search.backtracking(mod, c, budget=6, **kw),
+    "random": lambda mod, c, **kw: search.random_rollouts(mod, c, rollouts=3, horizon=4, seed=7, **kw),
+}
+GRAPHS = {"merge_matmul": T.merge_matmul_graph, "bn": T.bn_graph, "attention": T.attention_graph,
+          "enlarge": T.enlarge_graph}
+
+
+@pytest.mark.parametrize("graph", GRAPHS)
+def test_searches_keep_the_function_and_never_raise_the_cost(graph):
+    mod = GRAPHS[graph]()
+    results = {name: run(mod, cost.roofline_cost(HW)) for name, run in SEARCHES.items()}
+    for name, r in results.items():
+        assert r.cost <= r.initial_cost, name
+        assert r.cost == pytest.approx(cost.graph_roofline_ms(r.mod, HW))
+    assert results["backtracking"].cost <= results["greedy"].cost  # it expands greedy's path first
+    changed = {k: r.mod for k, r in results.items() if r.applied}
+    assert changed, "every example graph has a cheaper rewrite"
+    for name, cmp in compare_variants(mod, changed).items():
+        assert cmp.ok, f"{name} on {graph}: max abs error {cmp.max_abs_err:.3g}"
+
+
+@pytest.mark.parametrize("name", SEARCHES)
+def test_searches_are_deterministic(name):
+    mod = T.attention_graph()
+    a, b = (SEARCHES[name](mod, cost.roofline_cost(HW)) for _ in range(2))
+    assert a.applied == b.applied and tvm_ffi.structural_equal(a.mod, b.mod)
+
+
+def test_random_rollouts_depend_on_the_seed_only():
+    mod = models.load("squeezenet1_1", "tiny").mod
+    runs = [search.random_rollouts(mod, cost.roofline_cost(HW), rollouts=2, horizon=3, seed=s, cap=16)
+            for s in (0, 0)]
+    assert runs[0].applied == runs[1].applied
+    assert runs[0].expansions == runs[1].expansions
+
+
+def test_backtracking_on_a_tiny_zoo_model_is_correct_and_not_worse():
+    model = models.load("squeezenet1_1", "tiny")
+    r = search.backtracking(model.mod, cost.roofline_cost(HW), budget=4, cap=24)
+    assert r.cost <= r.initial_cost and r.applied and r.expansions <= 4
+    cmp = compare_variants(model.mod, {"searched": r.mod}, inputs=model.inputs)["searched"]
+    assert cmp.ok, f"max abs error {cmp.max_abs_err:.3g}"
+
+
+def test_backtracking_keeps_the_input_when_nothing_is_cheaper():
+    mod = T.merge_matmul_graph()
+    r = search.backtracking(mod, lambda m: 1.0, budget=3)  # a flat cost: no candidate is strictly better
+    assert r.mod is mod and r.applied == [] and r.cost == r.initial_cost
+
+
+def test_bad_arguments_name_the_problem():
+    with pytest.raises(ValueError, match="alpha"):
+        search.backtracking(T.bn_graph(), cost.roofline_cost(HW), alpha=0.9)
+    with pytest.raises(ValueError, match="budget"):
+        search.backtracking(T.bn_graph(), cost.roofline_cost(HW), budget=0)

@@ -1,0 +1,139 @@
+"""Search baselines over graph rewrites: the peers the RL agent must beat.
+
+All three take an IRModule and a cost function (IRModule -> ms, e.g. `cost.roofline_cost(hw)` or a
+`cost.KernelCostCache`) and return a `SearchResult` whose graph is never costlier than the input by that
+function: plain greedy descent, TASO's cost-based backtracking, and random rollouts.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+import tvm
+import tvm_ffi
+
+from .candidates import enumerate_candidates
+from .cost import CostFn, Memo
+from .rules import Rule, all_rules
+
+
+@dataclass
+class SearchResult:
+    """The best graph found, its cost and the input's, the rewrites that lead to it, and the effort spent."""
+
+    mod: tvm.IRModule = field(repr=False)
+    cost: float
+    initial_cost: float
+    applied: list[str]
+    expansions: int
+    evaluations: int
+    seconds: float
+
+    @property
+    def speedup(self) -> float:
+        return self.initial_cost / self.cost if self.cost > 0 else float("inf")
+
+    def summary(self) -> str:
+        return (f"{self.initial_cost:.4g} -> {self.cost:.4g} ms ({self.speedup:.3f}x) with {len(self.applied)} "
+                f"rewrites; {self.expansions} expansions, {self.evaluations} graphs costed, {self.seconds:.1f} s")
+
+
+def _setup(cost: CostFn, rules: Sequence[Rule] | None):
+    # Memoise so revisited graphs are costed once; keep a caller's Memo (and its counts) as it is.
+    return (cost if isinstance(cost, Memo) else Memo(cost)), (all_rules() if rules is None else list(rules))
+
+
+def greedy(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None, cap: int | None = None,
+           max_steps: int = 100, check: bool = False) -> SearchResult:
+    """Apply the cheapest candidate while it is cheaper than the current graph (at most `max_steps` times)."""
+    start = time.perf_counter()
+    cost, rules = _setup(cost, rules)
+    current, current_cost = mod, cost(mod)
+    initial, applied, expansions, evaluations = current_cost, [], 0, 0
+    for _ in range(max_steps):
+        cands = enumerate_candidates(current, rules, cap=cap, check=check, strict=False)
+        expansions += 1
+        evaluations += len(cands)
+        scored = [(cost(c.mod), i) for i, c in enumerate(cands)]
+        if not scored:
+            break
+        best_cost, best_i = min(scored)  # ties go to the first candidate in the deterministic order
+        if best_cost >= current_cost:
+            break
+        current, current_cost = cands[best_i].mod, best_cost
+        applied.append(str(cands[best_i].match))
+    return SearchResult(current, current_cost, initial, applied, expansions, evaluations,
+                        time.perf_counter() - start)
+
+
+def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: int = 100,
+                 rules: Sequence[Rule] | None = None, cap: int | None = None, check: bool = False) -> SearchResult:
+    """TASO's cost-based backtracking search.
+
+    A priority queue of graphs by cost, starting from `mod`; each of `budget` expansions pops the cheapest
+    graph and enqueues every candidate not seen before (by structural hash and equality) whose cost is below
+    `alpha` x the best cost so far; alpha > 1 lets it pass through slightly slower graphs. Returns the best
+    graph seen, which is `mod` itself when nothing is cheaper.
+    """
+    if alpha < 1.0:
+        raise ValueError(f"alpha must be >= 1 (1.0 = strictly downhill), got {alpha}")
+    if budget < 1:
+        raise ValueError(f"budget must be >= 1 expansion, got {budget}")
+    start = time.perf_counter()
+    cost, rules = _setup(cost, rules)
+    initial = cost(mod)
+    tie = itertools.count()  # equal costs pop in insertion order: deterministic
+    queue = [(initial, next(tie), mod, [])]
+    seen: dict[int, list[tvm.IRModule]] = {tvm_ffi.structural_hash(mod): [mod]}
+    best = (initial, mod, [])
+    expansions = evaluations = 0
+    while queue and expansions < budget:
+        c, _, graph, history = heapq.heappop(queue)
+        if c > alpha * best[0]:
+            continue  # the bound tightened since it was queued
+        expansions += 1
+        for cand in enumerate_candidates(graph, rules, cap=cap, check=check, strict=False):
+            same = seen.setdefault(cand.structural_hash, [])
+            if any(tvm_ffi.structural_equal(m, cand.mod) for m in same):
+                continue
+            same.append(cand.mod)
+            new_cost = cost(cand.mod)
+            evaluations += 1
+            path = history + [str(cand.match)]
+            if new_cost < best[0]:
+                best = (new_cost, cand.mod, path)
+            if new_cost < alpha * best[0]:
+                heapq.heappush(queue, (new_cost, next(tie), cand.mod, path))
+    return SearchResult(best[1], best[0], initial, best[2], expansions, evaluations, time.perf_counter() - start)
+
+
+def random_rollouts(mod: tvm.IRModule, cost: CostFn, rollouts: int = 8, horizon: int = 10, seed: int = 0,
+                    rules: Sequence[Rule] | None = None, cap: int | None = None, check: bool = False
+                    ) -> SearchResult:
+    """`rollouts` episodes of up to `horizon` uniformly random rewrites (stopping, like the agent's "stop",
+    with probability 1/(candidates + 1) each step); returns the cheapest graph met on any of them."""
+    start = time.perf_counter()
+    cost, rules = _setup(cost, rules)
+    rng = np.random.default_rng(seed)
+    initial = cost(mod)
+    best = (initial, mod, [])
+    expansions = evaluations = 0
+    for _ in range(rollouts):
+        graph, path = mod, []
+        for _ in range(horizon):
+            cands = enumerate_candidates(graph, rules, cap=cap, check=check, strict=False)
+            expansions += 1
+            pick = int(rng.integers(len(cands) + 1))
+            if pick == len(cands):
+                break
+            graph, path = cands[pick].mod, path + [str(cands[pick].match)]
+            c = cost(graph)
+            evaluations += 1
+            if c < best[0]:
+                best = (c, graph, path)
+    return SearchResult(best[1], best[0], initial, best[2], expansions, evaluations, time.perf_counter() - start)
