@@ -61,7 +61,8 @@ def main() -> None:
         print(f"{name:<14}{r['end_to_end_ms']:>9.3f}{r['kernel_sum_ms']:>9.3f}{e['kernel_sum']:>7.0%}"
               f"{r['kernel_roofline_ms']:>9.3f}{e['kernel_roofline']:>7.0%}{r['graph_roofline_ms']:>9.3f}"
               f"{e['graph_roofline']:>7.0%}{c['kernel_roofline']:>10.0%}{c['graph_roofline']:>10.0%}")
-    mean = {k: sum(abs(r["rel_error"][k]) for r in rows.values()) / len(rows) for k in rows[args.models[0]]["rel_error"]}
+    mean = {k: sum(abs(r["rel_error"][k]) for r in rows.values()) / len(rows)
+            for k in rows[args.models[0]]["rel_error"]}
     mean.update({f"calibrated_{k}": sum(abs(r["calibrated"]["rel_error"][k]) for r in rows.values()) / len(rows)
                  for k in ("kernel_roofline", "graph_roofline")})
     print("mean |relative error|: " + ", ".join(f"{k} {v:.0%}" for k, v in mean.items()))

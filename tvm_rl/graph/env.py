@@ -21,6 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 import tvm
+import tvm_ffi
 from tvm.ir import GenericConst, Var
 
 from . import cost as costs
@@ -238,8 +239,6 @@ class GraphRewriteEnv(gym.Env):
         return obs
 
     def _encode(self, mod: tvm.IRModule) -> GraphTensors:
-        import tvm_ffi
-
         key = tvm_ffi.structural_hash(mod)
         hit = self._encoded.get(key)
         if hit is not None and (hit[0] is mod or tvm_ffi.structural_equal(hit[0], mod)):
