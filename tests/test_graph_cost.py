@@ -35,7 +35,8 @@ def test_op_flops_and_bytes_from_shapes():
 def test_fusion_model_puts_epilogue_in_one_kernel_and_counts_only_its_boundary():
     groups = cost.fused_groups(chain())
     assert len(groups) == 1
-    flops, nbytes = groups[0]
+    flops, nbytes, kind = groups[0]
+    assert kind == "matmul"
     assert flops == 2 * 4 * 16 * 8 + 2 * 4 * 16
     assert nbytes == 4 * (4 * 8 + 8 * 16 + 16 + 4 * 16)  # x, W, b in; the relu out; no intermediates
 
@@ -56,6 +57,20 @@ def test_calibrate_recovers_a_known_roofline():
     assert np.median(np.abs(pred / measured - 1)) < 0.1
     with pytest.raises(ValueError, match="positive"):
         cost.calibrate([1.0], [1.0], [0.0])
+
+
+def test_kernels_get_their_kinds_roofline():
+    assert [cost.op_kind(n) for n in ("fused_conv2d3_add1_relu1", "relax.matmul", "max_pool2d1", "layer_norm",
+                                      "fused_reshape_add")] == ["conv", "matmul", "pool", "reduce", "elementwise"]
+    slow, fast = cost.Hardware(1.0, 1.0), cost.Hardware(100.0, 100.0)
+    rng = np.random.default_rng(1)
+    kinds = ["conv"] * 10 + ["elementwise"] * 10
+    flops, nbytes = rng.uniform(1e6, 1e8, 20), rng.uniform(1e5, 1e7, 20)
+    measured = [(slow if k == "conv" else fast).time_ms(f, b) for k, f, b in zip(kinds, flops, nbytes)]
+    model = cost.calibrate_by_kind(kinds, flops, nbytes, measured)
+    assert {k for k, _ in model.per_kind} == {"conv", "elementwise"}
+    for k, f, b, t in zip(kinds, flops, nbytes, measured):
+        assert model.time_ms(f, b, k) == pytest.approx(t, rel=0.15)
 
 
 def test_database_tag_names_untuned_and_rejects_unknown_databases():

@@ -47,11 +47,44 @@ class Hardware:
     launch_us: float = 0.0
     source: str = "assumed"
 
-    def time_ms(self, flops: float, nbytes: float) -> float:
+    def time_ms(self, flops: float, nbytes: float, kind: str | None = None) -> float:
+        """Roofline time of one kernel; `kind` (see `op_kind`) is accepted for `RooflineModel`'s sake."""
         return max(flops / (self.peak_gflops * 1e9), nbytes / (self.gbps * 1e9)) * 1e3 + self.launch_us * 1e-3
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+KINDS = ("conv", "matmul", "pool", "reduce", "elementwise")
+
+
+def op_kind(name: str) -> str:
+    """The kind of a Relax operator or a lowered kernel's name ("fused_conv2d3_add1_relu1" -> "conv"):
+    kernels of one kind reach similar fractions of peak, so each kind may get its own roofline."""
+    name = name.lower()
+    if "conv" in name:
+        return "conv"
+    if "matmul" in name or "dense" in name or "attention" in name:
+        return "matmul"
+    if "pool" in name:
+        return "pool"
+    if any(k in name for k in ("softmax", "norm", "mean", "sum", "variance", "max", "min")):
+        return "reduce"
+    return "elementwise"
+
+
+@dataclass(frozen=True)
+class RooflineModel:
+    """One roofline per kernel kind (`KINDS`), `default` for the kinds without one."""
+
+    default: Hardware
+    per_kind: tuple[tuple[str, Hardware], ...] = ()
+
+    def time_ms(self, flops: float, nbytes: float, kind: str | None = None) -> float:
+        return dict(self.per_kind).get(kind, self.default).time_ms(flops, nbytes)
+
+    def as_dict(self) -> dict:
+        return {"default": self.default.as_dict(), **{k: h.as_dict() for k, h in self.per_kind}}
 
 
 def default_hardware(target: tvm.target.Target | str) -> Hardware:
@@ -92,6 +125,21 @@ def calibrate(flops: Sequence[float], nbytes: Sequence[float], measured_ms: Sequ
             best = (float(err[i, j]), Hardware(float(peaks[i]), float(bws[j]), launch_us, source))
     return best[1]
 
+
+def calibrate_by_kind(kinds: Sequence[str], flops: Sequence[float], nbytes: Sequence[float],
+                      measured_ms: Sequence[float], min_kernels: int = 3) -> RooflineModel:
+    """A roofline per kernel kind with at least `min_kernels` measurements, one fitted on all for the rest."""
+    rows = list(zip(kinds, flops, nbytes, measured_ms))
+    default = calibrate(*zip(*[r[1:] for r in rows]), source="calibrated on all kinds")
+    per_kind = []
+    for kind in KINDS:
+        mine = [r[1:] for r in rows if r[0] == kind]
+        if len(mine) >= min_kernels:
+            per_kind.append((kind, calibrate(*zip(*mine), source=f"calibrated on {len(mine)} {kind} kernels")))
+    return RooflineModel(default, tuple(per_kind))
+
+
+Roofline = Hardware | RooflineModel  # what the roofline functions accept
 
 # ------------------------------------------------------------------------------------ kernel profiles
 
@@ -152,11 +200,12 @@ def kernel_profiles(mod: tvm.IRModule, target: tvm.target.Target | str, database
     return _profiles_of(measure.kernel_stage(mod, measure.parse_target(target), database))
 
 
-def kernel_roofline_ms(mod: tvm.IRModule, target: tvm.target.Target | str, hardware: Hardware | None = None,
+def kernel_roofline_ms(mod: tvm.IRModule, target: tvm.target.Target | str, hardware: Roofline | None = None,
                        database=None) -> float:
     """Roofline latency of `mod`'s lowered kernels: sum of calls x hardware.time_ms(FLOPs, bytes)."""
     hardware = hardware or default_hardware(target)
-    return sum(k.calls * hardware.time_ms(k.flops, k.nbytes) for k in kernel_profiles(mod, target, database))
+    return sum(k.calls * hardware.time_ms(k.flops, k.nbytes, op_kind(k.name))
+               for k in kernel_profiles(mod, target, database))
 
 
 # -------------------------------------------------------------------------------- Relax-level profiles
@@ -250,8 +299,8 @@ def _op_profile(name: str, var: Var, value) -> OpProfile:
     return OpProfile(name, op, flops, nbytes, tuple(a.name for a in args if isinstance(a, Var)))
 
 
-def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[float, int]]:
-    """(FLOPs, bytes) of the kernels `main` would roughly fuse into, without lowering it.
+def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[float, int, str]]:
+    """(FLOPs, bytes, kind of its first op) of the kernels `main` would roughly fuse into, without lowering.
 
     The model of TVM's FuseOps: an element-wise/broadcast/injective op joins the kernel of its first input's
     producer when that input is used only there; views (reshape) and tuple plumbing cost nothing and pass
@@ -311,13 +360,13 @@ def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[fl
             escapes = n in result_reads or any(r != gi for r in readers.get(n, ()))
             if escapes:
                 nbytes += var_bytes[n]
-        out.append((flops, nbytes))
+        out.append((flops, nbytes, op_kind(profiles[names[0]].op)))
     return out
 
 
-def graph_roofline_ms(mod: tvm.IRModule, hardware: Hardware) -> float:
+def graph_roofline_ms(mod: tvm.IRModule, hardware: Roofline) -> float:
     """Roofline latency of `main` from its Relax bindings and a fusion model (no lowering: milliseconds)."""
-    return sum(hardware.time_ms(f, b) for f, b in fused_groups(mod))
+    return sum(hardware.time_ms(f, b, kind) for f, b, kind in fused_groups(mod))
 
 
 # ------------------------------------------------------------------------------------ measured costs
@@ -471,7 +520,7 @@ class Memo:
         return value
 
 
-def roofline_cost(hardware: Hardware) -> CostFn:
+def roofline_cost(hardware: Roofline) -> CostFn:
     """The fast proxy as a cost function: `graph_roofline_ms(mod, hardware)`, memoised."""
     return Memo(lambda mod: graph_roofline_ms(mod, hardware))
 
@@ -498,7 +547,7 @@ class CostComparison:
     kernel_sum_ms: float
     kernel_roofline_ms: float
     graph_roofline_ms: float
-    hardware: Hardware
+    hardware: Roofline
 
     @staticmethod
     def rel(estimate: float, truth: float) -> float:
@@ -515,7 +564,7 @@ class CostComparison:
 
 
 def compare_costs(mod: tvm.IRModule, target: tvm.target.Target | str, inputs: Sequence[np.ndarray],
-                  cache: KernelCostCache, hardware: Hardware | None = None, repeat: int = 10) -> CostComparison:
+                  cache: KernelCostCache, hardware: Roofline | None = None, repeat: int = 10) -> CostComparison:
     """All estimates of `mod`'s latency on `target` with `cache`'s database, against the measured median.
 
     Relative errors are (estimate - end-to-end) / end-to-end: negative means the estimate is too low.
@@ -524,5 +573,6 @@ def compare_costs(mod: tvm.IRModule, target: tvm.target.Target | str, inputs: Se
     e2e = end_to_end_ms(mod, cache.target, inputs, cache.database, repeat).median_ms
     kernels = cache.kernel_costs(mod)
     return CostComparison(e2e, sum(k.total_ms for k in kernels),
-                          sum(k.profile.calls * hardware.time_ms(k.profile.flops, k.profile.nbytes) for k in kernels),
+                          sum(k.profile.calls * hardware.time_ms(k.profile.flops, k.profile.nbytes,
+                                                                 op_kind(k.profile.name)) for k in kernels),
                           graph_roofline_ms(mod, hardware), hardware)

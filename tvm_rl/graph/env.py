@@ -73,7 +73,7 @@ class GraphTensors:
     edge_features: np.ndarray
 
 
-def encode(mod: tvm.IRModule, hardware: costs.Hardware) -> GraphTensors:
+def encode(mod: tvm.IRModule, hardware: costs.Roofline) -> GraphTensors:
     """`main` as a graph: a node per input, constant use and dataflow binding; an edge per tensor read."""
     g = Graph(mod)
     profiles = costs.op_profiles(mod, g)
@@ -86,7 +86,7 @@ def encode(mod: tvm.IRModule, hardware: costs.Hardware) -> GraphTensors:
         out = np.zeros(NODE_FEATURES, np.float32)
         out[_OP_INDEX.get(op, len(OP_VOCAB))] = 1.0
         out[len(OP_VOCAB) + 1:len(OP_VOCAB) + 1 + N_SHAPE] = _shape_features(expr)
-        us = hardware.time_ms(flops, nbytes) * 1e3 if (flops or nbytes) else 0.0
+        us = hardware.time_ms(flops, nbytes, costs.op_kind(op)) * 1e3 if (flops or nbytes) else 0.0
         out[-3:] = (np.log1p(us), np.log1p(flops) / 32, np.log1p(nbytes) / 32)
         return out
 
@@ -124,7 +124,7 @@ class GraphRewriteEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, mod: tvm.IRModule, cap: int = 64, horizon: int = 20, rules: Sequence[Rule] | None = None,
-                 cost: costs.CostFn | None = None, hardware: costs.Hardware | None = None,
+                 cost: costs.CostFn | None = None, hardware: costs.Roofline | None = None,
                  target: tvm.target.Target | str = "llvm", measure: costs.CostFn | None = None,
                  measure_every: int | None = None, max_nodes: int | None = None, max_edges: int | None = None,
                  check: bool = False):
