@@ -131,12 +131,7 @@ class KnobSearch(PySearchStrategy):
         start = time.perf_counter()
         keys = [(space_index, tuple(int(x) for x in v)) for v in vecs]
         todo = [k for k in dict.fromkeys(keys) if k not in self.scores]
-        for k in todo:
-            if k not in self.schedules:
-                self.schedules[k] = self.spaces[space_index].decode(np.array(k[1]))
-                self.stats["evaluations"] += 1
-                self.stats["invalid"] += self.schedules[k] is None
-        valid = [k for k in todo if self.schedules[k] is not None]
+        valid = [k for k in todo if self._schedule(k) is not None]
         for k in todo:
             self.scores[k] = math.nan
         if valid:
@@ -162,13 +157,17 @@ class KnobSearch(PySearchStrategy):
             point = (s, tuple(int(x) for x in self.spaces[s].random(self.rng)))
             if point in self.measured or point in exclude or point in out:
                 continue
-            if point not in self.schedules:
-                self.schedules[point] = self.spaces[s].decode(np.array(point[1]))
-                self.stats["evaluations"] += 1
-                self.stats["invalid"] += self.schedules[point] is None
-            if self.schedules[point] is not None:
+            if self._schedule(point) is not None:
                 out.append(point)
         return out
+
+    def _schedule(self, point: Point) -> Any:
+        """The point's decoded schedule (None: invalid), decoding and counting it on first sight."""
+        if point not in self.schedules:
+            self.schedules[point] = self.spaces[point[0]].decode(np.array(point[1]))
+            self.stats["evaluations"] += 1
+            self.stats["invalid"] += self.schedules[point] is None
+        return self.schedules[point]
 
     def _resume(self, database: ms.Database) -> None:
         """Encode this workload's records back to points: they are not measured again and train the model."""
