@@ -146,6 +146,10 @@ def test_tune_model_shares_one_agent_across_a_models_tasks(cpu, tmp_path):
     db, report = tune_model(model.mod, cpu, tmp_path, trials_per_kernel=8, trials_per_iter=4, strategy=strategy,
                             op_filter="matmul")
     assert len(report.tuned) >= 2 and report.trials == 8 * len(report.tuned)
+    from tvm_rl.tune.tasks import records_per_workload
+
+    # Every task ran its own search state: each workload got its own 8 records.
+    assert sorted(records_per_workload(db).values()) == [8] * len(report.tuned)
     tasks_seen = {r["task"] for r in strategy._inst.log}
     assert len(tasks_seen) >= 2 and agent.updates >= 2  # one agent, trained on rounds of several tasks
     runner = measure.Runner(measure.build(model.mod, cpu, database=db), cpu)

@@ -160,8 +160,9 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         strategy = StopWhenExhausted(strategy)
     names = [name for name, _, _ in todo]
     loggers = ms.logging.get_loggers_from_work_dir(str(work_dir / "ms_logs"), names)
+    # Each task needs its own strategy state: cloning the context clones its strategy (as MetaSchedule does).
     contexts = [ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
-                               task_name=name, logger=logger, rand_state=rand_state, num_threads="physical")
+                               task_name=name, logger=logger, rand_state=rand_state, num_threads="physical").clone()
                 for (name, mod, _), logger, rand_state in zip(todo, loggers, ms.utils.fork_seed(seed, n=len(todo)))]
     # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
     for budget in sorted(set(budgets)):
