@@ -110,63 +110,6 @@ def test_tune_tir_improves_on_its_first_batch_and_resumes(cpu, tmp_path):
 
 
 def logging_quiet():
-    """Quiet MetaSchedule's console, and drop pytest's unnamed capture handlers from its logger: TVM's logging
-    set-up formats the names of the handlers it finds there and fails on None."""
-    import logging
+    from tvm_rl.tune.tasks import prepare_metaschedule_logging
 
-    logger = logging.getLogger("tvm.s_tir.meta_schedule")
-    logger.setLevel(logging.WARNING)
-    for handler in list(logger.handlers):
-        if handler.get_name() is None:
-            logger.removeHandler(handler)
-
-
-def test_protocol_on_a_cuda_target_yields_only_schedules_that_pass_gpu_checks():
-    """No GPU needed: the candidates are decoded with the CUDA postprocessors (VerifyGPUCode among them)."""
-    from tvm_rl import measure
-
-    ctx = knobs.make_context(matmul(64), measure.cuda_target("sm_90"), "matmul_cuda", seed=0)
-    inst, batches = drive(PPOSearch(config=PPOConfig(walks=8, max_evaluations=24), seed=0), ctx, trials=8,
-                          per_iter=4)
-    assert inst.trials == 8 and len(inst.measured) == 8
-    for batch in batches:
-        for cand in batch:
-            lib = tvm.compile(cand.sch.mod, target=ctx.target)  # CUDA codegen (nvcc is on this machine)
-            assert lib is not None
-
-
-@pytest.mark.slow
-def test_tune_model_shares_one_agent_across_a_models_tasks(cpu, tmp_path):
-    from tvm_rl import measure, models
-    from tvm_rl.tune import tune_model
-
-    model = models.load("bert", "tiny")
-    agent = PPOAgent(PPOConfig(walks=8, max_evaluations=24))
-    strategy = PPOSearch(agent=agent, seed=0)
-    db, report = tune_model(model.mod, cpu, tmp_path, trials_per_kernel=8, trials_per_iter=4, strategy=strategy,
-                            op_filter="matmul")
-    assert len(report.tuned) >= 2 and report.trials == 8 * len(report.tuned)
-    from tvm_rl.tune.tasks import records_per_workload
-
-    # Every task ran its own search state: each workload got its own 8 records.
-    assert sorted(records_per_workload(db).values()) == [8] * len(report.tuned)
-    tasks_seen = {r["task"] for r in strategy._inst.log}
-    assert len(tasks_seen) >= 2 and agent.updates >= 2  # one agent, trained on rounds of several tasks
-    runner = measure.Runner(measure.build(model.mod, cpu, database=db), cpu)
-    measure.assert_close(runner(model.inputs), model.reference_outputs())
-
-
-@pytest.mark.slow
-def test_ppo_search_drives_metaschedules_tune_relax(cpu, tmp_path):
-    """The compile-script way: PPOSearch handed to MetaSchedule's own tune_relax, then a tuned build."""
-    from tvm_rl import measure, models
-
-    model = models.load("transducer", "tiny")
-    logging_quiet()
-    db = ms.relax_integration.tune_relax(
-        measure.kernel_stage(model.mod, cpu), {}, cpu, str(tmp_path), max_trials_global=12, num_trials_per_iter=4,
-        max_trials_per_task=4, strategy=PPOSearch(config=PPOConfig(walks=8, max_evaluations=24)),
-        builder=shared_builder(), op_names=["matmul"])
-    assert len(db.get_all_tuning_records()) >= 4
-    runner = measure.Runner(measure.build(model.mod, cpu, database=db), cpu)
-    measure.assert_close(runner(model.inputs), model.reference_outputs(), rtol=1e-3, atol=1e-3)
+    prepare_metaschedule_logging()

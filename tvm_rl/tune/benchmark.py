@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import tempfile
 import time
@@ -32,7 +31,7 @@ from .annealing import SimulatedAnnealing
 from .intrin import preload_tensor_intrinsics
 from .progress import ProgressLine
 from .strategy import PPOSearch
-from .tasks import shared_builder
+from .tasks import prepare_metaschedule_logging, shared_builder
 from .tophub import TophubTask, load_tasks, tophub_dir
 
 # Two of each kind, mid-sized for a 2-core CPU: a 1x1 and a strided 3x3 convolution, two depthwise layers, a
@@ -83,8 +82,7 @@ def run_one(task: TophubTask, name: str, factory: Callable[[int], ms.SearchStrat
             per_iter: int, target, work_dir: Path) -> dict:
     """One tuning run; returns its curve, wall time and the strategy's own search time when it reports it."""
     strategy = factory(seed)
-    # tune_tir's logging set-up leaves MetaSchedule's console handler at the logger's level: keep it quiet.
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    prepare_metaschedule_logging()
     progress = ProgressLine(f"  [{name} seed {seed}] ", [task.name])
     start = time.perf_counter()
     ms.tune_tir(task.mod(), target, str(work_dir), max_trials_global=trials, num_trials_per_iter=per_iter,
@@ -232,7 +230,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     out = Path(args.out or f"logs/tuner_{kind}{'_quick' if args.quick else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     work_root = Path(args.work_dir or tempfile.mkdtemp(prefix="tvm_rl_tuner_"))
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     preload_tensor_intrinsics()
 
     wanted = args.tasks or TASKS

@@ -78,6 +78,22 @@ def make_strategy(name: str | ms.SearchStrategy | None, seed: int = 0) -> ms.Sea
     raise TvmRlError(f"unknown search strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
 
 
+def prepare_metaschedule_logging(verbose: bool = False) -> None:
+    """Get MetaSchedule's logger ready for a tuning call (which re-runs its logging set-up every time).
+
+    The set-up lists the handlers already on the "tvm.s_tir.meta_schedule" logger by name and fails on one
+    without a name (pytest's capture handlers, many user logging set-ups); it replaces that logger's handlers
+    anyway, so dropping the unnamed ones first changes nothing else. Its console handler takes the logger's
+    level, so unless `verbose` the level is WARNING: MetaSchedule's per-task tables stay in the log files.
+    """
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in list(logger.handlers):
+        if handler.get_name() is None:
+            logger.removeHandler(handler)
+    if not verbose:
+        logger.setLevel(logging.WARNING)
+
+
 _BUILDER: PersistentBuilder | None = None
 
 
@@ -153,8 +169,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         return database, report
     start = time.perf_counter()
     preload_tensor_intrinsics()
-    if not verbose:
-        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    prepare_metaschedule_logging(verbose)
     strategy = make_strategy(strategy, seed)
     if _is_evolutionary(strategy):
         strategy = StopWhenExhausted(strategy)
