@@ -19,3 +19,16 @@ class BuildError(TvmRlError):
 
 class MismatchError(TvmRlError):
     """Outputs differ from the reference by more than the stated tolerance."""
+
+
+class DatabaseError(TvmRlError):
+    """A tuning database folder that cannot be used (corrupt lines, foreign files, a file in its place)."""
+
+
+class CheckpointError(TvmRlError):
+    """A saved policy that cannot be loaded (missing, truncated, corrupt, or written by something else)."""
+
+
+class TuningInterrupted(KeyboardInterrupt):
+    """Ctrl-C during tuning. A KeyboardInterrupt still (so callers that stop on Ctrl-C keep doing so), whose
+    message says where the completed measurements are and how to resume."""
