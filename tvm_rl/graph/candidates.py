@@ -2,7 +2,8 @@
 
 X-RLflow scores one candidate graph per (rule, match-location) pair (plus "stop"). Two matches that give
 the same graph (e.g. permute compositions reached two ways) are one action, so results are deduplicated
-by `tvm_ffi.structural_hash` (confirmed with structural equality), keeping the first in rule order.
+by a structural key (`fingerprint.module_key`, confirmed with structural equality), keeping the first in
+rule order.
 """
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import tvm
-import tvm_ffi
 
-from .rules import Match, Rule, RuleError, all_rules
+from .fingerprint import module_key, same_graph
+from .rules import Graph, Match, Rule, RuleError, all_rules
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class Candidate:
     rule: Rule
     match: Match
     mod: tvm.IRModule = field(repr=False)
-    structural_hash: int
+    key: int  # fingerprint.module_key(mod)
 
     def __str__(self) -> str:
         return str(self.match)
@@ -71,22 +72,23 @@ def enumerate_candidates(mod: tvm.IRModule, rules: Sequence[Rule] | None = None,
     if cap is not None and cap < 0:
         raise ValueError(f"cap must be >= 0, got {cap}")
     rules = all_rules() if rules is None else list(rules)
-    pairs = [(rule, match) for rule in rules for match in rule.matches(mod)]
-    seen: dict[int, list[tvm.IRModule]] = {tvm_ffi.structural_hash(mod): [mod]}
+    graph = Graph(mod)  # one read-only view serves every rule's search and every rewrite
+    pairs = [(rule, match) for rule in rules for match in rule.find(graph)]
+    seen: dict[int, list[tvm.IRModule]] = {module_key(mod): [mod]}
     out = CandidateSet([], len(pairs), 0, 0, 0)
     for i, (rule, match) in enumerate(pairs):
         if cap is not None and len(out.candidates) >= cap:
             out.truncated = len(pairs) - i
             break
         try:
-            new = rule.apply(mod, match, check=check)
+            new = rule.apply(mod, match, check=check, graph=graph)
         except RuleError as err:
             if strict:
                 raise
             out.errors.append((match, str(err)))
             continue
-        key = tvm_ffi.structural_hash(new)
-        same = next((m for m in seen.get(key, ()) if tvm_ffi.structural_equal(m, new)), None)
+        key = module_key(new)
+        same = next((m for m in seen.get(key, ()) if same_graph(m, new)), None)
         if same is mod:
             out.unchanged += 1
         elif same is not None:

@@ -28,6 +28,7 @@ from tvm.ir import Call, GenericConst, Tuple, TupleGetItem, Var
 
 from .. import measure
 from ..errors import BuildError
+from .fingerprint import module_key, same_graph
 from .rules.ir import Graph, op_name, static_shape
 
 CostFn = Callable[[tvm.IRModule], float]
@@ -502,7 +503,7 @@ def end_to_end_ms(mod: tvm.IRModule, target: tvm.target.Target | str, inputs: Se
 
 
 class Memo:
-    """A cost function memoised by structural hash (search and the environment revisit graphs)."""
+    """A cost function memoised by graph key (search and the environment revisit graphs)."""
 
     def __init__(self, fn: CostFn):
         self.fn = fn
@@ -510,9 +511,9 @@ class Memo:
         self.calls = 0
 
     def __call__(self, mod: tvm.IRModule) -> float:
-        key = tvm_ffi.structural_hash(mod)
+        key = module_key(mod)
         for seen, value in self.values.get(key, ()):
-            if seen is mod or tvm_ffi.structural_equal(seen, mod):
+            if same_graph(seen, mod):
                 return value
         self.calls += 1
         value = float(self.fn(mod))

@@ -21,11 +21,11 @@ import numpy as np
 from gymnasium import spaces
 
 import tvm
-import tvm_ffi
 from tvm.ir import GenericConst, Var
 
 from . import cost as costs
 from .candidates import CandidateSet, enumerate_candidates
+from .fingerprint import module_key, same_graph
 from .rules import Rule, all_rules
 from .rules.ir import Graph
 
@@ -239,9 +239,9 @@ class GraphRewriteEnv(gym.Env):
         return obs
 
     def _encode(self, mod: tvm.IRModule) -> GraphTensors:
-        key = tvm_ffi.structural_hash(mod)
+        key = module_key(mod)
         hit = self._encoded.get(key)
-        if hit is not None and (hit[0] is mod or tvm_ffi.structural_equal(hit[0], mod)):
+        if hit is not None and same_graph(hit[0], mod):
             return hit[1]
         enc = encode(mod, self.hardware)
         if len(self._encoded) > 4096:  # bound memory on long runs

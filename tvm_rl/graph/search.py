@@ -15,10 +15,10 @@ from typing import Sequence
 import numpy as np
 
 import tvm
-import tvm_ffi
 
 from .candidates import enumerate_candidates
 from .cost import CostFn, Memo
+from .fingerprint import module_key, same_graph
 from .rules import Rule, all_rules
 
 
@@ -89,7 +89,7 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
     initial = cost(mod)
     tie = itertools.count()  # equal costs pop in insertion order: deterministic
     queue = [(initial, next(tie), mod, [])]
-    seen: dict[int, list[tvm.IRModule]] = {tvm_ffi.structural_hash(mod): [mod]}
+    seen: dict[int, list[tvm.IRModule]] = {module_key(mod): [mod]}
     best = (initial, mod, [])
     expansions = evaluations = 0
     while queue and expansions < budget:
@@ -98,8 +98,8 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
             continue  # the bound tightened since it was queued
         expansions += 1
         for cand in enumerate_candidates(graph, rules, cap=cap, check=check, strict=False):
-            same = seen.setdefault(cand.structural_hash, [])
-            if any(tvm_ffi.structural_equal(m, cand.mod) for m in same):
+            same = seen.setdefault(cand.key, [])
+            if any(same_graph(m, cand.mod) for m in same):
                 continue
             same.append(cand.mod)
             new_cost = cost(cand.mod)

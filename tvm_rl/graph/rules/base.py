@@ -42,7 +42,8 @@ class Rule:
         """Every place in `main` where the rule provably applies, in program order."""
         return self.find(Graph(mod))
 
-    def apply(self, mod: tvm.IRModule, match: Match, check: bool = True) -> tvm.IRModule:
+    def apply(self, mod: tvm.IRModule, match: Match, check: bool = True, graph: Graph | None = None
+              ) -> tvm.IRModule:
         """`mod` with exactly `match` rewritten.
 
         With `check` (the default) it first confirms `match` is offered on `mod` and afterwards that the
@@ -51,7 +52,8 @@ class Rule:
         """
         if match.rule != self.name:
             raise RuleError(f"match of rule {match.rule!r} given to rule {self.name!r}")
-        graph = Graph(mod)
+        if graph is None or graph.mod is not mod:
+            graph = Graph(mod)
         if check and match not in self.find(graph):
             raise RuleError(f"{match} does not match this module")
         edit = Edit(graph)

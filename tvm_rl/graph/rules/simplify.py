@@ -7,6 +7,7 @@ import tvm_ffi
 from tvm.ir import Call, Tuple, TupleGetItem, Var
 
 from .base import Match, Rule, register
+from ..fingerprint import expr_key
 from .ir import Edit, Graph, float_tensor
 
 # op -> (neutral element, positions of x allowed): x - 0 and x / 1 only with x on the left.
@@ -52,14 +53,14 @@ class DedupOps(Rule):
     name = "dedup"
 
     def find(self, g: Graph) -> list[Match]:
-        first: dict[int, list[str]] = {}
+        first: dict[object, list[str]] = {}
         out = []
         for name in g.order:
             value = g.values[name]
             # Dataflow blocks hold only pure computations, so equal expressions give equal values.
             if not isinstance(value, (Call, Tuple, TupleGetItem)):
                 continue
-            key = tvm_ffi.structural_hash(value)
+            key = expr_key(value, {})  # by name: both bindings are in this one function
             for earlier in first.get(key, ()):
                 if tvm_ffi.structural_equal(g.values[earlier], value):
                     out.append(self.match((earlier, name), f"{name} recomputes {earlier}"))

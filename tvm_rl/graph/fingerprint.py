@@ -1,0 +1,110 @@
+"""Fast structural keys for Relax graphs whose constants are large (model weights).
+
+`tvm_ffi.structural_hash` hashes every byte of every constant: 0.25 s per call on a full-size BERT, paid for
+every candidate graph, every memoised cost and every encoded observation. Here a graph's key is built from its
+bindings (operator, attributes, which earlier binding or parameter each argument is, by position, not by
+name), and a constant contributes a hash of its contents computed once per constant object: rewrites share
+the unchanged weights, so a new graph costs only its new constants. Keys are equal for structurally equal
+graphs; callers that must be exact confirm a key hit with `tvm_ffi.structural_equal` (cheap when the
+constants are the same objects). Keys use Python's `hash` and are only meaningful inside one process.
+"""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.ir import Call, GenericConst, Op, Tuple, TupleGetItem, Var
+
+_CONST_HASHES: dict[GenericConst, int] = {}  # keyed by object identity; holding it keeps the id unique
+_MAX_CONSTS = 50_000
+
+
+def const_key(const: GenericConst) -> int:
+    """A hash of the constant's type and contents, computed once per constant object."""
+    key = _CONST_HASHES.get(const)
+    if key is None:
+        if len(_CONST_HASHES) >= _MAX_CONSTS:  # bound memory on long runs; recomputing is only slower
+            _CONST_HASHES.clear()
+        key = _CONST_HASHES[const] = tvm_ffi.structural_hash(const)
+    return key
+
+
+def expr_key(expr, positions: dict[str, int]):
+    """A hashable key of `expr`; variables are named by `positions` (parameter or binding index)."""
+    if isinstance(expr, Var):
+        return ("v", positions.get(expr.name, expr.name))
+    if isinstance(expr, GenericConst):
+        return ("c", const_key(expr))
+    if isinstance(expr, Call):
+        op = expr.op.name if isinstance(expr.op, Op) else expr_key(expr.op, positions)
+        attrs = tvm_ffi.structural_hash(expr.attrs) if expr.attrs is not None else 0
+        sinfo = tuple(tvm_ffi.structural_hash(s) for s in expr.ty_args) if expr.ty_args else ()
+        return ("call", op, attrs, sinfo, tuple(expr_key(a, positions) for a in expr.args))
+    if isinstance(expr, Tuple):
+        return ("tuple", tuple(expr_key(f, positions) for f in expr.fields))
+    if isinstance(expr, TupleGetItem):
+        return ("item", expr.index, expr_key(expr.tuple_value, positions))
+    return ("other", tvm_ffi.structural_hash(expr))  # shapes, prim values, strings: small
+
+
+_TEMPLATES: dict[object, tuple[int, tuple[str, ...]]] = {}
+
+
+def _template(value) -> tuple[int, tuple[str, ...]]:
+    """(hash of `value` with its variables as placeholders, the variables' names in order), cached per value
+    object: a candidate graph shares all but a few binding values with its parent."""
+    hit = _TEMPLATES.get(value)
+    if hit is None:
+        names: list[str] = []
+        placeholders: dict[str, int] = {}
+
+        class _Positions(dict):
+            def get(self, name, default=None):  # every variable becomes "the i-th one read"
+                if name not in placeholders:
+                    placeholders[name] = len(placeholders)
+                    names.append(name)
+                return placeholders[name]
+
+        if len(_TEMPLATES) >= _MAX_CONSTS:
+            _TEMPLATES.clear()
+        hit = _TEMPLATES[value] = (hash(expr_key(value, _Positions())), tuple(names))
+    return hit
+
+
+def _function_key(func: relax.Function) -> int:
+    positions: dict[str, int] = {}
+    parts: list = []
+    for p in func.params:
+        positions[p.name] = len(positions)
+        parts.append(("param", tvm_ffi.structural_hash(p.ty)))
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        return hash((tuple(parts), expr_key(body, positions)))
+    for block in body.blocks:
+        parts.append(("block", isinstance(block, relax.DataflowBlock)))
+        for binding in block.bindings:
+            if isinstance(binding, relax.VarBinding):
+                shape, names = _template(binding.value)
+                parts.append((isinstance(binding.var, relax.DataflowVar), shape,
+                              tuple(positions.get(n, n) for n in names)))
+            else:  # match_cast: its struct info is part of the meaning
+                parts.append(("cast", expr_key(binding.value, positions), tvm_ffi.structural_hash(binding.ty)))
+            positions[binding.var.name] = len(positions)
+    parts.append(("result", expr_key(body.body, positions)))
+    return hash(tuple(parts))
+
+
+def module_key(mod: tvm.IRModule) -> int:
+    """A key of the whole module: Relax functions by their bindings, anything else by structural hash."""
+    parts = []
+    for gvar, func in sorted(mod.functions.items(), key=lambda kv: kv[0].name_hint):
+        if isinstance(func, relax.Function):
+            parts.append((gvar.name_hint, _function_key(func)))
+        else:
+            parts.append((gvar.name_hint, tvm_ffi.structural_hash(func)))
+    return hash(tuple(parts))
+
+
+def same_graph(a: tvm.IRModule, b: tvm.IRModule) -> bool:
+    """Exact structural equality (use after a key hit)."""
+    return a is b or a.same_as(b) or tvm_ffi.structural_equal(a, b)
