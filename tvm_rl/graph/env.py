@@ -64,6 +64,11 @@ def _compute_shape_features(shape) -> np.ndarray:
     return out
 
 
+def global_features(cost: float, initial_cost: float) -> np.ndarray:
+    """A graph's global features: its cost relative to the episode's first graph, and log(1 + cost in us)."""
+    return np.array([cost / initial_cost, np.log1p(cost * 1e3)], np.float32)
+
+
 @dataclass
 class GraphTensors:
     """One graph, unpadded: node features (n, F), edges (m, 2), edge features (m, E)."""
@@ -233,7 +238,7 @@ class GraphRewriteEnv(gym.Env):
             obs["edge_features"][slot, :len(enc.edges)] = enc.edge_features
             obs["n_nodes"][slot], obs["n_edges"][slot] = len(enc.nodes), len(enc.edges)
             c = self._latency(mod, force_measure=False)
-            obs["globals"][slot] = (c / self.rt0, np.log1p(c * 1e3))
+            obs["globals"][slot] = global_features(c, self.rt0)
             obs["action_mask"][slot] = 1
         self._obs = obs
         return obs

@@ -1,0 +1,222 @@
+"""Graph agent: encoder, actor-critic, PPO training and RLRewritePass."""
+import numpy as np
+import pytest
+import torch
+
+import tvm
+from tvm import relax
+
+from tvm_rl import models
+from tvm_rl.graph import cost as costs
+from tvm_rl.graph import testing as T
+from tvm_rl.graph.agent import (DEFAULT_POLICY, Decision, GraphActorCritic, PolicyConfig, PolicyError,
+                                decision_from_observation)
+from tvm_rl.graph.env import GraphRewriteEnv
+from tvm_rl.graph.fingerprint import same_graph
+from tvm_rl.graph.rewrite_pass import RLRewritePass
+from tvm_rl.graph.train import Batch, TrainConfig, play, ppo_loss, ppo_update, train
+from tvm_rl.graph.verify import compare_variants
+
+
+def small_policy(seed: int = 0) -> GraphActorCritic:
+    torch.manual_seed(seed)
+    return GraphActorCritic(PolicyConfig(hidden=32, gat_layers=2, heads=4)).eval()
+
+
+@pytest.fixture(scope="module")
+def decision() -> Decision:
+    env = GraphRewriteEnv(T.merge_matmul_graph(), cap=16, horizon=3)
+    obs, _ = env.reset()
+    d = decision_from_observation(obs)
+    assert len(d) >= 3
+    return d
+
+
+def test_scores_are_invariant_to_candidate_order(decision):
+    policy = small_policy()
+    n = len(decision) - 1  # stop stays last
+    perm = np.r_[np.random.default_rng(1).permutation(n), n]
+    shuffled = Decision([decision.graphs[i] for i in perm], decision.globals[perm], decision.actions[perm])
+    with torch.no_grad():
+        logits, _, value = policy([decision])
+        logits2, _, value2 = policy([shuffled])
+    torch.testing.assert_close(logits2, logits[perm], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(value2, value)
+    # Batching several decisions changes nothing either.
+    with torch.no_grad():
+        both, owner, values = policy([decision, shuffled])
+    torch.testing.assert_close(both[owner == 1], logits[perm], rtol=1e-5, atol=1e-5)
+
+
+def test_any_number_of_candidates(decision):
+    policy = small_policy()
+    for k in (1, 2, len(decision)):
+        rows = list(range(k - 1)) + [len(decision) - 1]
+        d = Decision([decision.graphs[i] for i in rows], decision.globals[rows], decision.actions[rows])
+        logp, _, _ = policy.distribution([d])
+        assert logp.shape == (k,) and abs(float(logp.detach().exp().sum()) - 1) < 1e-5
+
+
+def _episodes(policy, n=3, seed=0):
+    env = GraphRewriteEnv(T.merge_matmul_graph(), cap=16, horizon=4)
+    rng = np.random.default_rng(seed)
+    return [play(env, policy, rng) for _ in range(n)]
+
+
+def test_ppo_update_lowers_the_loss_on_a_fixed_batch():
+    policy = small_policy()
+    config = TrainConfig(epochs=8, minibatch=64, learning_rate=1e-3)
+    episodes = _episodes(policy)
+    batch = Batch.of(episodes, config.gamma, config.gae_lambda)
+    idx = torch.arange(len(batch.decisions))
+    before, _ = ppo_loss(policy, batch, idx, config)
+    optim = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
+    ppo_update(policy, optim, episodes, config, np.random.default_rng(0))
+    after, _ = ppo_loss(policy, batch, idx, config)
+    assert after.item() < before.item()
+
+
+def _mean_return(env, policy, n, seed, greedy=False):
+    rng = np.random.default_rng(seed)
+    return float(np.mean([play(env, policy, rng, greedy=greedy).ret for _ in range(n)]))
+
+
+class UniformPolicy(GraphActorCritic):
+    """Every valid action equally likely: the random baseline."""
+
+    def forward(self, decisions):
+        sizes = [len(d) for d in decisions]
+        owner = torch.repeat_interleave(torch.arange(len(decisions)), torch.tensor(sizes))
+        return torch.zeros(sum(sizes)), owner, torch.zeros(len(decisions))
+
+
+@pytest.mark.slow
+def test_short_training_beats_a_random_policy(tmp_path):
+    config = TrainConfig(models=("squeezenet1_1",), iterations=4, episodes_per_iteration=3, horizon=6, cap=32,
+                         hidden=32, gat_layers=2, seed=0, work_dir=str(tmp_path))
+    policy = train(config, progress=False)
+    env = GraphRewriteEnv(models.load("squeezenet1_1", "tiny").mod, cap=32, horizon=6)
+    trained = _mean_return(env, policy, 4, seed=1)
+    uniform = _mean_return(env, UniformPolicy(PolicyConfig(hidden=32, gat_layers=2)), 4, seed=1)
+    assert trained > uniform
+    assert (tmp_path / "train.csv").read_text().count("\n") == 5
+    assert (tmp_path / "train.png").exists() and (tmp_path / "policy.pt").exists()
+    # Resuming a finished run does no more work and keeps the history.
+    again = train(config, progress=False)
+    assert (tmp_path / "train.csv").read_text().count("\n") == 5
+    assert again is not None
+
+
+# ---- checkpoints
+
+
+def test_checkpoint_round_trip(tmp_path, decision):
+    policy = small_policy()
+    path = policy.save(tmp_path / "p.pt", note="test")
+    loaded = GraphActorCritic.load(path)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded([decision])[0], policy([decision])[0])
+    assert loaded.meta == {"note": "test"}
+
+
+def test_bad_checkpoints_say_what_is_wrong(tmp_path):
+    with pytest.raises(PolicyError, match="does not exist"):
+        GraphActorCritic.load(tmp_path / "missing.pt")
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(PolicyError, match="corrupt"):
+        GraphActorCritic.load(corrupt)
+    truncated = tmp_path / "truncated.pt"
+    small_policy().save(truncated)
+    truncated.write_bytes(truncated.read_bytes()[:2000])
+    with pytest.raises(PolicyError, match="corrupt"):
+        GraphActorCritic.load(truncated)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, foreign)
+    with pytest.raises(PolicyError, match="not a tvm-rl graph policy"):
+        GraphActorCritic.load(foreign)
+    other = tmp_path / "other_features.pt"
+    small_policy().save(other)
+    ckpt = torch.load(other, weights_only=True)
+    ckpt["features"] = [1, 2, 3]
+    torch.save(ckpt, other)
+    with pytest.raises(PolicyError, match="features"):
+        GraphActorCritic.load(other)
+
+
+# ---- the pass
+
+
+def test_pass_in_a_compile_script_keeps_results(cpu):
+    mod = T.merge_matmul_graph()
+    rewrite = RLRewritePass(target=cpu, policy=small_policy(), max_steps=4, confirm=False)
+    seq = tvm.transform.Sequential([rewrite, relax.transform.LegalizeOps()])
+    out = seq(mod)
+    report = rewrite.last_report
+    assert report is not None and report.steps >= 1
+    exe = tvm.compile(out, target=cpu)
+    assert exe is not None
+    if report.kept:
+        assert report.cost < report.initial_cost and report.applied
+    comparison = compare_variants(mod, {"rewritten": RLRewritePass(policy=small_policy(), max_steps=4,
+                                                                   confirm=False)(mod)})
+    assert all(c.ok for c in comparison.values())
+
+
+def test_never_slower_when_measurement_disagrees():
+    """A policy/cost that proposes a graph the measurement finds slower: the input comes back."""
+    mod = T.merge_matmul_graph()
+    calls = []
+
+    def slower_unless_original(m):
+        calls.append(m)
+        return 1.0 if same_graph(m, mod) else 2.0
+
+    rewrite = RLRewritePass(policy=small_policy(), max_steps=3, measure_fn=slower_unless_original,
+                            cost=lambda m: 1.0 if same_graph(m, mod) else 0.5)  # the proxy likes every rewrite
+    out = rewrite(mod)
+    assert out.same_as(mod) or same_graph(out, mod)
+    assert len(calls) == 2 and not rewrite.last_report.kept
+    assert "not faster" in rewrite.last_report.reason
+
+
+def test_never_slower_by_cost_without_confirmation():
+    mod = T.merge_matmul_graph()
+    rewrite = RLRewritePass(policy=small_policy(), max_steps=3, confirm=False,
+                            cost=lambda m: 1.0 if same_graph(m, mod) else 3.0)  # every rewrite is worse
+    assert same_graph(rewrite(mod), mod)
+    assert rewrite.last_report.reason == "the policy found no cheaper graph"
+
+
+def test_seeded_runs_are_reproducible():
+    mod = T.merge_matmul_graph()
+    runs = [RLRewritePass(policy=small_policy(), max_steps=3, episodes=3, seed=7, confirm=False) for _ in range(2)]
+    outs = [r(mod) for r in runs]
+    assert same_graph(outs[0], outs[1])
+    assert runs[0].last_report.applied == runs[1].last_report.applied
+
+
+def test_dynamic_shapes_are_left_untouched_and_said_so():
+    bb = relax.BlockBuilder()
+    n = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType([n, 4], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.relu(x))
+        bb.emit_func_output(y)
+    mod = bb.get()
+    rewrite = RLRewritePass(policy=small_policy(), confirm=False)
+    assert rewrite(mod).same_as(mod)
+    assert "dynamic or symbolic shapes" in rewrite.last_report.reason
+
+
+@pytest.mark.slow
+def test_shipped_policy_keeps_every_tiny_zoo_model_equivalent(cpu):
+    assert DEFAULT_POLICY.is_file(), "the shipped policy is missing: see README (graph policy) for the command"
+    policy = GraphActorCritic.load()
+    for name in models.names():
+        m = models.load(name, "tiny")
+        rewrite = RLRewritePass(target=cpu, policy=policy, max_steps=4, confirm=False)
+        out = rewrite(m.mod)
+        comparison = compare_variants(m.mod, {"rl": out}, rtol=1e-3, atol=1e-3)
+        assert all(c.ok for c in comparison.values()), (name, rewrite.last_report.applied)

@@ -1,0 +1,182 @@
+"""`RLRewritePass`: the trained graph policy as a TVM module pass over Relax.
+
+    seq = tvm.transform.Sequential([RLRewritePass(target="llvm"), relax.transform.LegalizeOps()])
+    exe = tvm.compile(seq(mod), target="llvm")
+
+Per episode the policy rewrites `main` one (rule, match) at a time until it picks "stop" or the step/time
+budget runs out; the first episode is greedy (the policy's argmax), the others sample. The cheapest graph met
+on any episode (by the cost function, default: the roofline proxy) is kept. It is returned only if it is
+cheaper than the input, and, with `confirm` (the default), only if it also *measures* faster end to end on
+the target (with `database`'s tuned kernels, the same for both): the pass never returns a graph that is
+slower than its input by the measure it was given. What it did is logged (logger "tvm_rl.graph") and kept in
+`.last_report`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+import tvm
+from tvm import relax
+
+from .. import measure
+from . import cost as costs
+from .agent import Decision, GraphActorCritic
+from .candidates import enumerate_candidates
+from .env import encode, global_features
+from .rules import Rule, all_rules
+
+log = logging.getLogger("tvm_rl.graph")
+
+
+@dataclass
+class RewriteReport:
+    """What one run of the pass did: the rewrites kept, costs by the cost function, measured latencies."""
+
+    applied: list[str] = field(default_factory=list)
+    initial_cost: float = 0.0
+    cost: float = 0.0
+    initial_ms: float | None = None
+    final_ms: float | None = None
+    episodes: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    confirm_seconds: float = 0.0
+    kept: bool = False
+    reason: str = ""
+
+    @property
+    def speedup(self) -> float:
+        """Measured speedup when confirmed, else the cost function's."""
+        if self.initial_ms and self.final_ms:
+            return self.initial_ms / self.final_ms
+        return self.initial_cost / self.cost if self.cost > 0 else 1.0
+
+
+def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn, hardware: costs.Roofline,
+            rules: Sequence[Rule], max_steps: int, rng: np.random.Generator | None, deadline: float,
+            cap: int | None = None) -> tuple[tvm.IRModule, float, list[str], int]:
+    """One episode of the policy from `mod` (greedy when `rng` is None); returns the cheapest graph on the
+    way (possibly `mod`), its cost, the rewrites leading to it, and the steps taken."""
+    current, rt0 = mod, cost(mod)
+    best, best_cost, best_path, path = mod, rt0, [], []
+    steps = 0
+    while steps < max_steps and time.perf_counter() < deadline:
+        cands = enumerate_candidates(current, rules, cap=cap, check=False, strict=False)
+        if not len(cands):
+            break
+        graphs = [c.mod for c in cands] + [current]
+        feats = np.stack([global_features(cost(g), rt0) for g in graphs])
+        decision = Decision([encode(g, hardware) for g in graphs], feats, np.arange(len(graphs)))
+        row, _, _, _ = policy.act(decision, rng, greedy=rng is None)
+        steps += 1
+        if row == len(cands):  # stop
+            break
+        current, path = cands[row].mod, path + [str(cands[row].match)]
+        c = cost(current)
+        if c < best_cost:
+            best, best_cost, best_path = current, c, list(path)
+    return best, best_cost, best_path, steps
+
+
+@tvm.transform.module_pass(opt_level=0, name="RLRewritePass")
+class RLRewritePass:
+    """Rewrite `main` with the graph policy (default: the one shipped with tvm-rl).
+
+    target: what the graph is optimised and measured for. policy: a `GraphActorCritic` or a checkpoint path.
+    max_steps / time_budget_s: per-run budget (the time budget covers the search, not the confirmation).
+    episodes: the first greedy, the rest sampled with `seed`; the best graph over all is kept.
+    confirm: measure input and result end to end (median of `repeat`) and keep the result only if faster;
+    `database`: MetaSchedule database whose tuned kernels both builds use (on CPU untuned kernels are naive
+    loops). cost: the cost function steering the search (default: the roofline proxy for `target`).
+    measure_fn: replaces the end-to-end measurement (IRModule -> ms); tests use it.
+    """
+
+    def __init__(self, target: tvm.target.Target | str = "llvm", policy: GraphActorCritic | str | Path | None = None,
+                 max_steps: int = 20, time_budget_s: float | None = 60.0, episodes: int = 1, confirm: bool = True,
+                 database=None, repeat: int = 10, cost: costs.CostFn | None = None,
+                 rules: Sequence[Rule] | None = None, cap: int | None = None, seed: int = 0,
+                 measure_fn: Callable[[tvm.IRModule], float] | None = None):
+        if max_steps < 0 or episodes < 1:
+            raise ValueError(f"need max_steps >= 0 and episodes >= 1, got {max_steps} and {episodes}")
+        self.target = measure.parse_target(target)
+        self.policy = policy if isinstance(policy, GraphActorCritic) else GraphActorCritic.load(policy)
+        self.hardware = costs.default_hardware(self.target)
+        self.cost = cost or costs.roofline_cost(self.hardware)
+        self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
+        self.confirm, self.database, self.repeat = confirm, database, repeat
+        self.rules = all_rules() if rules is None else list(rules)
+        self.cap, self.seed, self.measure_fn = cap, seed, measure_fn
+        self.last_report: RewriteReport | None = None
+
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        report = RewriteReport()
+        self.last_report = report
+        start = time.perf_counter()
+        reason = self._unsupported(mod)
+        if reason:
+            report.reason = f"left unchanged: {reason}"
+            log.warning("RLRewritePass %s", report.reason)
+            return mod
+        deadline = start + (self.time_budget_s if self.time_budget_s is not None else float("inf"))
+        rng = np.random.default_rng(self.seed)
+        torch.manual_seed(self.seed)
+        report.initial_cost = best_cost = self.cost(mod)
+        best, best_path = mod, []
+        for episode in range(self.episodes):
+            if episode and time.perf_counter() >= deadline:
+                break
+            graph, c, path, steps = rollout(mod, self.policy, self.cost, self.hardware, self.rules, self.max_steps,
+                                            None if episode == 0 else rng, deadline, self.cap)
+            report.episodes += 1
+            report.steps += steps
+            if c < best_cost:
+                best, best_cost, best_path = graph, c, path
+        report.seconds = time.perf_counter() - start
+        report.cost = best_cost
+        if best is mod:
+            report.reason = "the policy found no cheaper graph"
+            log.info("RLRewritePass: %s (%d episodes, %d steps, %.1f s)", report.reason, report.episodes,
+                     report.steps, report.seconds)
+            return mod
+        if self.confirm:
+            t0 = time.perf_counter()
+            report.initial_ms, report.final_ms = self._measure(mod), self._measure(best)
+            report.confirm_seconds = time.perf_counter() - t0
+            if report.final_ms >= report.initial_ms:
+                report.reason = (f"rewritten graph measured {report.final_ms:.4g} ms, not faster than the input's "
+                                 f"{report.initial_ms:.4g} ms: input kept")
+                log.info("RLRewritePass: %s", report.reason)
+                return mod
+        report.applied, report.kept = best_path, True
+        report.reason = f"{len(best_path)} rewrites, {report.speedup:.3f}x"
+        log.info("RLRewritePass: %s (%d episodes, %d steps, %.1f s search): %s", report.reason, report.episodes,
+                 report.steps, report.seconds, "; ".join(best_path))
+        return best
+
+    def _unsupported(self, mod: tvm.IRModule) -> str:
+        """Why the pass cannot work on `mod` ('' when it can)."""
+        if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+            return "the module has no `main` function"
+        if not isinstance(mod["main"], relax.Function):
+            return "`main` is not a Relax function"
+        from .rules.ir import static_shape
+
+        dynamic = [p.name for p in mod["main"].params if static_shape(p.ty) is None]
+        if dynamic:
+            return (f"input(s) {', '.join(dynamic)} of `main` have dynamic or symbolic shapes; the rewrite rules "
+                    "need static shapes (bind them, e.g. with relax.transform.BindSymbolicVars)")
+        return ""
+
+    def _measure(self, mod: tvm.IRModule) -> float:
+        if self.measure_fn is not None:
+            return float(self.measure_fn(mod))
+        from .verify import random_inputs
+
+        return costs.end_to_end_ms(mod, self.target, random_inputs(mod), self.database, self.repeat).median_ms

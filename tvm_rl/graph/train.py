@@ -1,0 +1,303 @@
+"""PPO training of the graph rewrite policy, readable top to bottom (CleanRL's single-file style).
+
+    python -m tvm_rl.graph.train --models bert resnet18 --iterations 30 --work-dir logs/graph_train
+
+Each iteration plays `episodes_per_iteration` episodes (models in turn; in `workers` processes when > 1),
+then runs `epochs` passes of clipped PPO over minibatches of decisions. Everything lands in `work_dir`:
+`checkpoint.pt` (policy + optimiser + history, rewritten atomically each iteration: a killed run resumes
+from it), `policy.pt` (the policy alone, what `RLRewritePass(policy=...)` loads), `train.csv` (one row per
+iteration: return, speedup, losses) and `train.png` (the curve).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, fields
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .agent import Decision, GraphActorCritic, PolicyConfig, decision_from_observation
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters in one place; X-RLflow's PPO settings are the defaults."""
+
+    models: tuple[str, ...] = ("bert", "resnet18")
+    size: str = "tiny"
+    target: str = "llvm"
+    iterations: int = 30
+    episodes_per_iteration: int = 4
+    horizon: int = 10
+    cap: int = 64  # candidates per step shown to the agent (the environment's action space)
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    learning_rate: float = 5e-4
+    clip: float = 0.2
+    epochs: int = 4
+    minibatch: int = 16
+    value_coef: float = 0.5
+    entropy_coef: float = 0.01
+    max_grad_norm: float = 0.5
+    hidden: int = 64
+    gat_layers: int = 3
+    heads: int = 4
+    seed: int = 0
+    workers: int = 1
+    torch_threads: int = 1
+    work_dir: str = "logs/graph_train"
+
+
+@dataclass
+class Episode:
+    """What one episode leaves for the update: decisions, rows chosen, their log-probs, values, rewards."""
+
+    model: str
+    decisions: list[Decision] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    logps: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    speedup: float = 1.0
+    applied: list[str] = field(default_factory=list)
+
+    @property
+    def ret(self) -> float:
+        return float(sum(self.rewards))
+
+
+def make_env(model: str, config: TrainConfig):
+    """The rewrite environment of a zoo model, with the roofline cost as reward (fast enough to train on)."""
+    from .. import models
+    from .env import GraphRewriteEnv
+
+    return GraphRewriteEnv(models.load(model, config.size).mod, cap=config.cap, horizon=config.horizon,
+                           target=config.target)
+
+
+def play(env, policy: GraphActorCritic, rng: np.random.Generator, model: str = "", greedy: bool = False
+         ) -> Episode:
+    """One episode of `policy` in `env` (sampled from the policy with `rng`, or greedy)."""
+    ep = Episode(model)
+    obs, info = env.reset()
+    done = False
+    while not done:
+        decision = decision_from_observation(obs)
+        row, action, logp, value = policy.act(decision, rng, greedy=greedy)
+        obs, reward, terminated, truncated, info = env.step(action)
+        ep.decisions.append(decision)
+        ep.rows.append(row)
+        ep.logps.append(logp)
+        ep.values.append(value)
+        ep.rewards.append(reward)
+        done = terminated or truncated
+    ep.speedup = info["initial_cost_ms"] / info["cost_ms"]
+    ep.applied = info["applied"]
+    return ep
+
+
+# ---- worker processes: each keeps its own environments, receives the current weights, returns episodes
+
+_WORKER_ENVS: dict = {}
+
+
+def _worker_play(model: str, config: TrainConfig, state: dict, seed: int) -> Episode:
+    torch.set_num_threads(1)
+    if model not in _WORKER_ENVS:
+        _WORKER_ENVS[model] = make_env(model, config)
+    policy = GraphActorCritic(PolicyConfig(config.hidden, config.gat_layers, config.heads))
+    policy.load_state_dict(state)
+    return play(_WORKER_ENVS[model], policy, np.random.default_rng(seed), model)
+
+
+def advantages(ep: Episode, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """GAE(lambda) advantages and returns of one finished episode (the horizon ends it: no bootstrap)."""
+    n = len(ep.rewards)
+    adv = np.zeros(n, np.float32)
+    last = 0.0
+    for t in reversed(range(n)):
+        next_value = ep.values[t + 1] if t + 1 < n else 0.0
+        delta = ep.rewards[t] + gamma * next_value - ep.values[t]
+        last = delta + gamma * lam * last
+        adv[t] = last
+    return adv, adv + np.asarray(ep.values, np.float32)
+
+
+@dataclass
+class Batch:
+    """The decisions of some episodes with what PPO needs of each: row taken, its old log-prob, advantage, return."""
+
+    decisions: list[Decision]
+    rows: torch.Tensor
+    old_logp: torch.Tensor
+    adv: torch.Tensor
+    ret: torch.Tensor
+
+    @classmethod
+    def of(cls, episodes: Sequence[Episode], gamma: float, lam: float) -> "Batch":
+        adv_ret = [advantages(ep, gamma, lam) for ep in episodes]
+        return cls([d for ep in episodes for d in ep.decisions], torch.tensor([r for ep in episodes for r in ep.rows]),
+                   torch.tensor([p for ep in episodes for p in ep.logps]),
+                   torch.from_numpy(np.concatenate([a for a, _ in adv_ret])),
+                   torch.from_numpy(np.concatenate([r for _, r in adv_ret])))
+
+
+def ppo_loss(policy: GraphActorCritic, batch: Batch, idx: torch.Tensor, config: TrainConfig
+             ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped PPO objective (+ value loss - entropy bonus) on decisions `idx` of `batch`."""
+    chosen = [batch.decisions[i] for i in idx.tolist()]
+    logp_all, owner, values = policy.distribution(chosen)
+    offsets = torch.tensor(np.cumsum([0] + [len(d) for d in chosen[:-1]]))
+    logp = logp_all[offsets + batch.rows[idx]]
+    ratio = (logp - batch.old_logp[idx]).exp()
+    a = batch.adv[idx]
+    if len(idx) > 1:
+        a = (a - a.mean()) / (a.std() + 1e-8)
+    policy_loss = torch.max(-a * ratio, -a * ratio.clamp(1 - config.clip, 1 + config.clip)).mean()
+    value_loss = 0.5 * ((values - batch.ret[idx]) ** 2).mean()
+    entropy = -torch.zeros(len(idx)).index_add_(0, owner, logp_all.exp() * logp_all).mean()
+    loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
+    with torch.no_grad():
+        kl = ((ratio - 1) - (logp - batch.old_logp[idx])).mean().item()
+    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item(),
+                  "approx_kl": kl}
+
+
+def ppo_update(policy: GraphActorCritic, optimizer: torch.optim.Optimizer, episodes: Sequence[Episode],
+               config: TrainConfig, rng: np.random.Generator) -> dict[str, float]:
+    """`epochs` passes of clipped PPO over all decisions of `episodes`; returns mean losses of the last pass."""
+    batch = Batch.of(episodes, config.gamma, config.gae_lambda)
+    stats: dict[str, list[float]] = {}
+    for epoch in range(config.epochs):
+        order = rng.permutation(len(batch.decisions))
+        for start in range(0, len(order), config.minibatch):
+            loss, parts = ppo_loss(policy, batch, torch.as_tensor(order[start:start + config.minibatch]), config)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+            optimizer.step()
+            if epoch == config.epochs - 1:
+                for k, v in parts.items():
+                    stats.setdefault(k, []).append(v)
+    return {k: float(np.mean(v)) for k, v in stats.items()}
+
+
+CSV_FIELDS = ("iteration", "episodes", "mean_return", "mean_speedup", "best_speedup", "policy_loss",
+              "value_loss", "entropy", "approx_kl", "seconds")
+
+
+def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
+    """Train (or resume training) a policy as `config` says; returns it and leaves the files in work_dir."""
+    torch.set_num_threads(config.torch_threads)
+    work = Path(config.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(config.seed)
+    policy = GraphActorCritic(PolicyConfig(config.hidden, config.gat_layers, config.heads))
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate, eps=1e-5)
+    start, history = 0, []
+    ckpt_path = work / "checkpoint.pt"
+    if ckpt_path.exists():  # resume where a killed run stopped
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        if ckpt["config"] != asdict(config) | {"iterations": ckpt["config"]["iterations"]}:
+            raise ValueError(f"{ckpt_path} was written by a run with other settings; use another --work-dir")
+        policy.load_state_dict(ckpt["policy"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start, history = ckpt["iteration"], ckpt["history"]
+        if progress:
+            print(f"resuming from {ckpt_path} at iteration {start}")
+    rng = np.random.default_rng([config.seed, start])
+    envs = {} if config.workers > 1 else {m: make_env(m, config) for m in config.models}
+    pool = (ProcessPoolExecutor(config.workers, mp_context=get_context("spawn")) if config.workers > 1 else None)
+    try:
+        for it in range(start, config.iterations):
+            t0 = time.perf_counter()
+            jobs = [(config.models[(it * config.episodes_per_iteration + e) % len(config.models)],
+                     int(rng.integers(2 ** 31))) for e in range(config.episodes_per_iteration)]
+            policy.eval()
+            if pool is not None:
+                state = policy.state_dict()
+                episodes = list(pool.map(_worker_play, [m for m, _ in jobs], [config] * len(jobs),
+                                         [state] * len(jobs), [s for _, s in jobs]))
+            else:
+                episodes = [play(envs[m], policy, np.random.default_rng(s), m) for m, s in jobs]
+            policy.train()
+            losses = ppo_update(policy, optimizer, episodes, config, rng)
+            row = {"iteration": it + 1, "episodes": len(episodes),
+                   "mean_return": float(np.mean([e.ret for e in episodes])),
+                   "mean_speedup": float(np.mean([e.speedup for e in episodes])),
+                   "best_speedup": float(max(e.speedup for e in episodes)),
+                   **losses, "seconds": time.perf_counter() - t0}
+            history.append(row)
+            meta = {"models": list(config.models), "size": config.size, "iterations": it + 1}
+            policy.save(work / "policy.pt", **meta)
+            tmp = ckpt_path.with_suffix(".tmp")
+            torch.save({"config": asdict(config), "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
+                        "iteration": it + 1, "history": history}, tmp)
+            tmp.replace(ckpt_path)
+            _write_csv(work / "train.csv", history)
+            if progress:
+                print(f"iter {it + 1}/{config.iterations}: return {row['mean_return']:+.2f}, speedup "
+                      f"{row['mean_speedup']:.3f}x (best {row['best_speedup']:.3f}x), policy loss "
+                      f"{row['policy_loss']:+.3f}, value loss {row['value_loss']:.3f}, entropy {row['entropy']:.2f}"
+                      f" [{row['seconds']:.0f} s]", flush=True)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    plot_training(history, work / "train.png")
+    return policy.eval()
+
+
+def _write_csv(path: Path, history: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, CSV_FIELDS)
+        w.writeheader()
+        w.writerows(history)
+
+
+def plot_training(history: list[dict], path: Path) -> None:
+    """Mean episode return and speedup per iteration."""
+    if not history:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    it = [h["iteration"] for h in history]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    a.plot(it, [h["mean_return"] for h in history])
+    a.set_xlabel("iteration")
+    a.set_ylabel("mean episode return (% of RT0)")
+    b.plot(it, [h["mean_speedup"] for h in history], label="mean")
+    b.plot(it, [h["best_speedup"] for h in history], label="best")
+    b.set_xlabel("iteration")
+    b.set_ylabel("speedup (cost model)")
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Train the graph rewrite policy with PPO (see the module docstring).")
+    defaults = TrainConfig()
+    for f in fields(TrainConfig):
+        value = getattr(defaults, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, tuple):
+            ap.add_argument(flag, nargs="+", default=list(value))
+        else:
+            ap.add_argument(flag, type=type(value), default=value)
+    args = vars(ap.parse_args(argv))
+    args["models"] = tuple(args["models"])
+    train(TrainConfig(**args))
+
+
+if __name__ == "__main__":
+    main()
