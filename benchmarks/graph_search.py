@@ -31,6 +31,38 @@ def builtin_rewrites(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.transform.Sequential([getattr(relax.transform, n)() for n in BUILTIN])(mod)
 
 
+def measure_variants(model, variants: dict, target, database, repeat: int, fn) -> dict[str, dict]:
+    """Build every variant with the same kernel schedules, check it against the first one's outputs, time it."""
+    rows, reference = {}, None
+    for key, (mod, seconds, applied) in variants.items():
+        runner = measure.Runner(measure.build(mod, target, database), target)
+        outputs = runner(model.inputs)
+        if reference is None:
+            reference = outputs
+        scale = max(float(abs(o).max()) for o in reference if o.size) or 1.0
+        check = measure.compare(outputs, reference, rtol=1e-3, atol=1e-3 * scale)
+        timing = runner.time(model.inputs, repeat=repeat)
+        # The built-in passes leave call_tir kernels and repeated names, which the Relax cost model cannot read.
+        rows[key] = {"latency_ms": timing.median_ms, "iqr_ms": timing.iqr_ms,
+                     "search_cost_ms": None if key == "relax_builtin" else fn(mod),
+                     "optimisation_s": round(seconds, 2), "rewrites": len(applied), "applied": applied,
+                     "matches_original": check.ok, "max_abs_err": check.max_abs_err}
+    first = next(iter(rows.values()))["latency_ms"]
+    for row in rows.values():
+        row["speedup"] = first / row["latency_ms"]
+    return rows
+
+
+def print_table(results: dict[str, dict], keys) -> None:
+    """Latency (speedup over the original) per variant, the last variant's rewrites and time, and correctness."""
+    last = keys[-1]
+    print(f"\n{'model':<14}" + "".join(f"{k + ' ms':>17}" for k in keys) + f"{last[:6] + ' rw':>11}{'s':>7}  ok")
+    for name, rows in results.items():
+        print(f"{name:<14}" + "".join(f"{rows[k]['latency_ms']:>9.3f} ({rows[k]['speedup']:.2f}x)" for k in keys)
+              + f"{rows[last]['rewrites']:>11}{rows[last]['optimisation_s']:>7.1f}  "
+              + ("yes" if all(r["matches_original"] for r in rows.values()) else "NO"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="tiny", choices=models.SIZES)
@@ -67,22 +99,7 @@ def main() -> None:
         variants["greedy"] = (r.mod, r.seconds, r.applied)
         r = search.backtracking(model.mod, fn, alpha=args.alpha, budget=args.budget, cap=args.cap)
         variants["backtracking"] = (r.mod, r.seconds, r.applied)
-        reference = None
-        for key, (mod, seconds, applied) in variants.items():
-            runner = measure.Runner(measure.build(mod, target, database), target)
-            outputs = runner(model.inputs)
-            if reference is None:
-                reference = outputs
-            scale = max(float(abs(o).max()) for o in reference if o.size) or 1.0
-            check = measure.compare(outputs, reference, rtol=1e-3, atol=1e-3 * scale)
-            timing = runner.time(model.inputs, repeat=args.repeat)
-            # The built-in passes leave call_tir kernels and repeated names, which the Relax cost model cannot read.
-            rows[key] = {"latency_ms": timing.median_ms, "iqr_ms": timing.iqr_ms,
-                         "search_cost_ms": None if key == "relax_builtin" else fn(mod),
-                         "optimisation_s": round(seconds, 2), "rewrites": len(applied), "applied": applied,
-                         "matches_original": check.ok, "max_abs_err": check.max_abs_err}
-        for row in rows.values():
-            row["speedup"] = rows["original"]["latency_ms"] / row["latency_ms"]
+        rows = measure_variants(model, variants, target, database, args.repeat, fn)
         results[name] = rows
         print(f"{name}: " + ", ".join(f"{k} {v['latency_ms']:.3f} ms ({v['speedup']:.2f}x)" for k, v in rows.items()),
               flush=True)
@@ -91,12 +108,7 @@ def main() -> None:
                                    "database": cost.database_tag(database), "budget": args.budget,
                                    "alpha": args.alpha, "cap": args.cap, "repeat": args.repeat,
                                    "models": results}, indent=1))
-    keys = ("original", "relax_builtin", "greedy", "backtracking")
-    print(f"\n{'model':<14}" + "".join(f"{k + ' ms':>17}" for k in keys) + f"{'bt rewrites':>13}{'bt s':>7}  ok")
-    for name, rows in results.items():
-        print(f"{name:<14}" + "".join(f"{rows[k]['latency_ms']:>9.3f} ({rows[k]['speedup']:.2f}x)" for k in keys)
-              + f"{rows['backtracking']['rewrites']:>13}{rows['backtracking']['optimisation_s']:>7.1f}  "
-              + ("yes" if all(r["matches_original"] for r in rows.values()) else "NO"))
+    print_table(results, ("original", "relax_builtin", "greedy", "backtracking"))
     print(f"wrote {out}")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .errors import TvmRlError
+
 DEMO_ARGS = ["--models", "resnet18", "--size", "tiny", "--trials-per-kernel", "8", "--out", "logs/demo.json",
              "--db-dir", "logs/tuning/demo"]
 
@@ -17,18 +19,36 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("tune", help="tune TopHub tasks or a model's kernels (see `tvm-rl tune --help`)", add_help=False)
     sub.add_parser("bench-tuner", help="compare search strategies on TopHub tasks (`tvm-rl bench-tuner --help`)",
                    add_help=False)
+    sub.add_parser("train", help="train the graph rewrite policy with PPO (see `tvm-rl train --help`)",
+                   add_help=False)
     args, rest = ap.parse_known_args(argv)
-    if args.command == "tune":
+    try:
+        return _run(args.command, rest)
+    except TvmRlError as err:  # bad input, named by whoever found it: one line, no traceback
+        print(f"tvm-rl: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as err:  # TuningInterrupted says where the measurements are and how to resume
+        print(f"\ntvm-rl: {str(err) or 'interrupted'}", file=sys.stderr)
+        return 130
+
+
+def _run(command: str, rest: list[str]) -> int:
+    if command == "train":
+        from .graph.train import main as train_main
+
+        train_main(rest, prog="tvm-rl train")
+        return 0
+    if command == "tune":
         from .tune.command import main as tune_main
 
         return tune_main(rest)
-    if args.command == "bench-tuner":
+    if command == "bench-tuner":
         from .tune.benchmark import main as tuner_bench
 
         return tuner_bench(rest, prog="tvm-rl bench-tuner")
     from . import bench
 
-    if args.command == "demo":
+    if command == "demo":
         bench.main(DEMO_ARGS + rest, prog="tvm-rl demo")
     else:
         bench.main(rest, prog="tvm-rl bench")

@@ -284,16 +284,18 @@ def plot_training(history: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Train the graph rewrite policy with PPO (see the module docstring).")
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> None:
+    ap = argparse.ArgumentParser(prog=prog, description=(
+        "Train the graph rewrite policy with PPO on zoo models. Writes checkpoint.pt (resumes a killed run), "
+        "policy.pt (for RLRewritePass(policy=...)), train.csv and train.png under --work-dir."))
     defaults = TrainConfig()
     for f in fields(TrainConfig):
         value = getattr(defaults, f.name)
         flag = "--" + f.name.replace("_", "-")
         if isinstance(value, tuple):
-            ap.add_argument(flag, nargs="+", default=list(value))
+            ap.add_argument(flag, nargs="+", default=list(value), help=f"default: {' '.join(value)}")
         else:
-            ap.add_argument(flag, type=type(value), default=value)
+            ap.add_argument(flag, type=type(value), default=value, help=f"default: {value}")
     args = vars(ap.parse_args(argv))
     args["models"] = tuple(args["models"])
     train(TrainConfig(**args))

@@ -1,0 +1,102 @@
+"""Graph RL benchmark: original, TVM's built-in Relax rewrites, greedy, backtracking and RLRewritePass per model.
+
+`python benchmarks/graph_rl.py [--size tiny|full] [--models ...] [--policy PATH] [--database DIR]`
+Every variant is built with the same kernel schedules (untuned, or the given MetaSchedule work dir's), checked
+against the original's outputs and timed end to end (median of --repeat). The searches and the policy are
+steered by the roofline proxy; the RL pass confirms its result by measurement (as users get it by default), so
+it never returns a slower graph. "seen" marks models (at that size) the policy was trained on: the others
+measure generalisation. Resumable: models already in logs/graph_rl_<target>_<size>.json are skipped unless
+--force; the file is rewritten after every model. On CPU, untuned kernels are naive loops (DESIGN.md).
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from graph_search import BUILTIN, builtin_rewrites, measure_variants, print_table  # noqa: E402
+
+from tvm_rl import measure, models  # noqa: E402
+from tvm_rl.graph import cost, search  # noqa: E402
+from tvm_rl.graph.agent import GraphActorCritic  # noqa: E402
+from tvm_rl.graph.rewrite_pass import RLRewritePass  # noqa: E402
+
+KEYS = ("original", "relax_builtin", "greedy", "backtracking", "rl")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="tiny", choices=models.SIZES)
+    ap.add_argument("--models", nargs="*", default=models.names())
+    ap.add_argument("--target", default="llvm")
+    ap.add_argument("--policy", default=None, help="policy checkpoint (default: the shipped one)")
+    ap.add_argument("--database", default=None, help="MetaSchedule work dir with tuned kernels (default: none)")
+    ap.add_argument("--budget", type=int, default=10, help="backtracking expansions")
+    ap.add_argument("--alpha", type=float, default=1.05)
+    ap.add_argument("--cap", type=int, default=64, help="candidates per step (searches and the policy)")
+    ap.add_argument("--steps", type=int, default=20, help="RL pass: steps per episode")
+    ap.add_argument("--episodes", type=int, default=4, help="RL pass: episodes (first greedy, rest sampled)")
+    ap.add_argument("--time-budget", type=float, default=60.0, help="RL pass: search seconds per model")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--force", action="store_true", help="re-run models already in the JSON")
+    args = ap.parse_args()
+    target = measure.parse_target(args.target)
+    database = None
+    if args.database:
+        from tvm_rl.tune import open_database
+        database = open_database(args.database)
+    policy = GraphActorCritic.load(args.policy)
+    seen_models = set(policy.meta.get("models", [])) if policy.meta.get("size") == args.size else set()
+    out = Path(__file__).resolve().parents[1] / "logs" / f"graph_rl_{target.kind.name}_{args.size}.json"
+    results = json.loads(out.read_text())["models"] if out.exists() else {}
+    hardware = cost.default_hardware(target)
+    for name in args.models:
+        if name in results and not args.force:
+            print(f"{name}: already in {out.name} (--force to re-run)")
+            continue
+        model = models.load(name, args.size)
+        fn = cost.roofline_cost(hardware)
+        variants = {"original": (model.mod, 0.0, [])}
+        start = time.perf_counter()
+        variants["relax_builtin"] = (builtin_rewrites(model.mod), time.perf_counter() - start, list(BUILTIN))
+        r = search.greedy(model.mod, fn, cap=args.cap)
+        variants["greedy"] = (r.mod, r.seconds, r.applied)
+        r = search.backtracking(model.mod, fn, alpha=args.alpha, budget=args.budget, cap=args.cap)
+        variants["backtracking"] = (r.mod, r.seconds, r.applied)
+        rl = RLRewritePass(target, policy, max_steps=args.steps, episodes=args.episodes, cap=args.cap,
+                           time_budget_s=args.time_budget, database=database, cost=fn)
+        rewritten = rl(model.mod)
+        report = rl.last_report
+        variants["rl"] = (rewritten, report.seconds, report.applied)
+        rows = measure_variants(model, variants, target, database, args.repeat, fn)
+        rows["rl"].update(confirm_s=round(report.confirm_seconds, 2), steps=report.steps, kept=report.kept,
+                          reason=report.reason)
+        rows["seen_in_training"] = name in seen_models
+        results[name] = rows
+        print(f"{name}: " + ", ".join(f"{k} {rows[k]['latency_ms']:.3f} ms ({rows[k]['speedup']:.2f}x)"
+                                      for k in KEYS) + f"; rl: {report.reason}", flush=True)
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps({"target": str(target), "size": args.size, "search_cost": "roofline",
+                                   "database": cost.database_tag(database), "policy": args.policy or "shipped",
+                                   "policy_meta": policy.meta, "budget": args.budget, "alpha": args.alpha,
+                                   "cap": args.cap, "steps": args.steps, "episodes": args.episodes,
+                                   "time_budget_s": args.time_budget, "repeat": args.repeat, "models": results},
+                                  indent=1))
+    table = {n: {k: v for k, v in r.items() if k != "seen_in_training"} for n, r in results.items()}
+    for seen, title in ((True, "models the policy was trained on"), (False, "models left out of training")):
+        part = {n: r for n, r in table.items() if results[n].get("seen_in_training") == seen}
+        if part:
+            print(f"\n{title} ({args.size}):")
+            print_table(part, KEYS)
+    rl_vs_bt = [r["backtracking"]["latency_ms"] / r["rl"]["latency_ms"] for r in table.values()]
+    if rl_vs_bt:
+        print(f"\nRL vs backtracking: >= on {sum(x >= 0.99 for x in rl_vs_bt)}/{len(rl_vs_bt)} models (1% noise), "
+              f">= 5% faster on {sum(x >= 1.05 for x in rl_vs_bt)}")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
