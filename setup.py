@@ -25,6 +25,8 @@ setup(
         "gymnasium",
         "tqdm",
         "matplotlib",
+        # TVM's RPC tracker (remote measurement, `tvm-rl tune --rpc-tracker`) imports tornado.
+        "tornado",
     ],
     extras_require={"dev": ["pytest", "hypothesis", "pytest-timeout"]},
     entry_points={"console_scripts": ["tvm-rl=tvm_rl.cli:main"]},
