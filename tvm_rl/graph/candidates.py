@@ -12,8 +12,9 @@ from typing import Sequence
 
 import tvm
 
+from .cost import graph_of
 from .fingerprint import module_key, same_graph
-from .rules import Graph, Match, Rule, RuleError, all_rules
+from .rules import Match, Rule, RuleError, all_rules
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def enumerate_candidates(mod: tvm.IRModule, rules: Sequence[Rule] | None = None,
     if cap is not None and cap < 0:
         raise ValueError(f"cap must be >= 0, got {cap}")
     rules = all_rules() if rules is None else list(rules)
-    graph = Graph(mod)  # one read-only view serves every rule's search and every rewrite
+    graph = graph_of(mod)  # one read-only view serves every rule's search, every rewrite, the cost model
     pairs = [(rule, match) for rule in rules for match in rule.find(graph)]
     seen: dict[int, list[tvm.IRModule]] = {module_key(mod): [mod]}
     out = CandidateSet([], len(pairs), 0, 0, 0)

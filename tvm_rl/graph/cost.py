@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -157,19 +158,41 @@ def _nbytes(ty) -> int:
 
 # Reading shapes through TVM's FFI dominates the cost of scoring a graph, and the candidates of one step share
 # almost all their Var and Call objects with the current graph, so per-object results are memoised. TVM
-# objects hash and compare by identity; the keys keep them alive, so an address is never reused while cached.
+# Keys are looked up by object address (TVM's `==` on expressions is slow: it first asks whether they are
+# PrimExprs); each entry keeps its key's objects alive, so an address is never reused while cached.
 _MEMO: dict = {}
 _MEMO_LIMIT = 200_000
 
 
-def memo(key, compute):
+def _ident(x):
+    return ("@", x.__chandle__()) if isinstance(x, tvm_ffi.Object) else x
+
+
+def memo(key: tuple, compute):
     """`compute()` cached under `key` (a tuple of TVM objects and plain values) for this process."""
-    hit = _MEMO.get(key)
+    ident = tuple(map(_ident, key))
+    hit = _MEMO.get(ident)
     if hit is None:
         if len(_MEMO) > _MEMO_LIMIT:
             _MEMO.clear()
-        hit = _MEMO[key] = compute()
-    return hit
+        hit = _MEMO[ident] = (key, compute())
+    return hit[1]
+
+
+_GRAPHS: OrderedDict = OrderedDict()
+
+
+def graph_of(mod: tvm.IRModule) -> Graph:
+    """`Graph(mod)`, shared by the encoder and the cost model for the last few hundred modules seen."""
+    key = mod.__chandle__()
+    hit = _GRAPHS.get(key)
+    if hit is not None and hit.mod.same_as(mod):
+        _GRAPHS.move_to_end(key)
+        return hit
+    g = _GRAPHS[key] = Graph(mod)
+    if len(_GRAPHS) > 512:
+        _GRAPHS.popitem(last=False)
+    return g
 
 
 def tensor_info(expr) -> tuple[tuple[int, ...] | None, int]:
@@ -285,7 +308,7 @@ def _tensor_args(value) -> list:
 
 def op_profiles(mod: tvm.IRModule, graph: Graph | None = None) -> list[OpProfile]:
     """FLOPs and bytes of every dataflow binding of `main`, each as if it ran alone (node features)."""
-    g = graph or Graph(mod)
+    g = graph or graph_of(mod)
     return [memo(("op", g.vars[name], g.values[name]), lambda: _op_profile(name, g.vars[name], g.values[name]))
             for name in g.order]
 
@@ -308,7 +331,7 @@ def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[fl
     their producer through. A kernel's bytes are the tensors it reads from outside plus those it writes
     that are read outside (or returned).
     """
-    g = graph or Graph(mod)
+    g = graph or graph_of(mod)
     profiles = {p.name: p for p in op_profiles(mod, g)}
     root: dict[str, str] = {}  # views and tuple items -> the binding whose data they are
     group: dict[str, int] = {}

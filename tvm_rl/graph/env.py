@@ -80,7 +80,7 @@ class GraphTensors:
 
 def encode(mod: tvm.IRModule, hardware: costs.Roofline) -> GraphTensors:
     """`main` as a graph: a node per input, constant use and dataflow binding; an edge per tensor read."""
-    g = Graph(mod)
+    g = costs.graph_of(mod)
     profiles = costs.op_profiles(mod, g)
     rows: list[np.ndarray] = []
     index: dict[str, int] = {}
