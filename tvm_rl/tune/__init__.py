@@ -1,5 +1,6 @@
 """Operator level: kernels as tuning tasks, knob-space search strategies (PPOSearch, SimulatedAnnealing) and
 tuning into a MetaSchedule database. The strategies import torch and scikit-learn, so they load on first use."""
+from .rpc import RPCError, rpc_runner
 from .tasks import TuneReport, extract_tasks, make_strategy, open_database, tune_model
 
 _LAZY = {"PPOSearch": ".strategy", "KnobSearch": ".strategy", "SimulatedAnnealing": ".annealing",
@@ -14,5 +15,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["KnobSearch", "PPOAgent", "PPOConfig", "PPOSearch", "SimulatedAnnealing", "TuneReport",
-           "extract_tasks", "make_strategy", "open_database", "tune_model"]
+__all__ = ["KnobSearch", "PPOAgent", "PPOConfig", "PPOSearch", "RPCError", "SimulatedAnnealing", "TuneReport",
+           "extract_tasks", "make_strategy", "open_database", "rpc_runner", "tune_model"]

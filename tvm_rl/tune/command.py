@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..measure import host_cpu_target, parse_target
@@ -13,7 +14,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         prog=prog, description="Tune kernels into a resumable MetaSchedule database (rerun to resume).",
         epilog="examples:\n  tvm-rl tune --model resnet18 --size tiny --trials 16\n"
                "  tvm-rl tune --tophub --ops depthwise_conv2d --max-tasks 4 --strategy ppo\n"
-               "  tvm-rl tune --onnx model.onnx --target cuda --strategy ppo",
+               "  tvm-rl tune --onnx model.onnx --target cuda --strategy ppo\n"
+               "  tvm-rl tune --model resnet18 --target cuda:sm_87 --rpc-tracker 10.0.0.5:9190 --rpc-key orin",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="a zoo model name (see tvm_rl.models.names())")
@@ -31,12 +33,29 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work-dir", default=None, help="database folder (default logs/tuning/<target kind>)")
+    remote = ap.add_argument_group(
+        "remote measurement", "Build candidates here and time them on devices registered with a TVM RPC tracker.\n"
+        "On a machine the devices can reach:   python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190\n"
+        "On each device (same TVM version):    python -m tvm.exec.rpc_server --tracker HOST:9190 --key KEY\n"
+        "Check they registered:                python -m tvm.exec.query_rpc_tracker --host HOST --port 9190\n"
+        "Then add --rpc-tracker HOST:9190 --rpc-key KEY and a --target for the devices, not this host\n"
+        "(cuda:sm_87 for a Jetson Orin; an llvm JSON target with their mtriple and mcpu for CPU boards).\n"
+        "See docs/remote.md.")
+    remote.add_argument("--rpc-tracker", metavar="HOST:PORT", help="the RPC tracker's address (port default 9190)")
+    remote.add_argument("--rpc-key", metavar="KEY", help="the --key the devices' rpc_server registered with")
+    remote.add_argument("--rpc-timeout", metavar="S", type=float, default=60.0,
+                        help="seconds one candidate may hold a device: upload, link there, run (default 60)")
     args = ap.parse_args(argv)
 
     target = host_cpu_target() if args.target == "llvm" else parse_target(args.target)
     work_dir = Path(args.work_dir or f"logs/tuning/{target.kind.name}")
+    runner = "local"
+    if args.rpc_tracker or args.rpc_key:
+        runner = _remote_runner(args, ap)
+        if runner is None:
+            return 2
     common = dict(trials_per_kernel=args.trials, trials_per_iter=args.per_iter, strategy=args.strategy,
-                  seed=args.seed, op_filter=args.op_filter)
+                  seed=args.seed, op_filter=args.op_filter, runner=runner)
     if args.tophub:
         from .tophub import load_tasks
 
@@ -53,3 +72,23 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
           f"trials; {report.measured} of {report.trials} trials measured (a small space can run out) in "
           f"{report.seconds:.0f} s. Database: {work_dir}")
     return 0
+
+
+def _remote_runner(args: argparse.Namespace, ap: argparse.ArgumentParser):
+    """The RPC runner the arguments ask for, after asking the tracker; None (reason printed) if it cannot serve."""
+    if not (args.rpc_tracker and args.rpc_key):
+        ap.error("--rpc-tracker and --rpc-key go together: the tracker's HOST:PORT and the devices' key")
+    from .rpc import RPCError, check_tracker, rpc_runner
+
+    try:
+        # Ask before any model is loaded, so a wrong address or key is reported in seconds.
+        found = check_tracker(args.rpc_tracker, args.rpc_key)
+        runner = rpc_runner(args.rpc_tracker, args.rpc_key, args.rpc_timeout, max_workers=found.free, check=False)
+    except RPCError as err:
+        print(f"{ap.prog}: error: {err}", file=sys.stderr)
+        return None
+    print(f"measuring on {found.free} device(s) with key {args.rpc_key!r} at {args.rpc_tracker}", flush=True)
+    if args.target == "llvm":
+        print("note: --target llvm is this host's CPU; give the devices' own target if their CPU differs",
+              flush=True)
+    return runner
