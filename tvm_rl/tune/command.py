@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         epilog="examples:\n  tvm-rl tune --model resnet18 --size tiny --trials 16\n"
                "  tvm-rl tune --tophub --ops depthwise_conv2d --max-tasks 4 --strategy ppo\n"
                "  tvm-rl tune --onnx model.onnx --target cuda --strategy ppo\n"
-               "  tvm-rl tune --model resnet18 --target cuda:sm_87 --rpc-tracker 10.0.0.5:9190 --rpc-key orin",
+               "  tvm-rl tune --model resnet18 --target cuda:sm_86 --rpc-tracker 10.0.0.5:9190 --rpc-key rtx3090",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="a zoo model name (see tvm_rl.models.names())")
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         "On a machine the devices can reach:   python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190\n"
         "On each device (same TVM version):    python -m tvm.exec.rpc_server --tracker HOST:9190 --key KEY\n"
         "Check they registered:                python -m tvm.exec.query_rpc_tracker --host HOST --port 9190\n"
-        "Then add --rpc-tracker HOST:9190 --rpc-key KEY and a --target for the devices, not this host\n"
-        "(cuda:sm_87 for a Jetson Orin; an llvm JSON target with their mtriple and mcpu for CPU boards).\n"
-        "See docs/remote.md.")
+        "Then add --rpc-tracker HOST:9190 --rpc-key KEY and a --target for the devices, not this host:\n"
+        "cuda:sm_86 for x86 machines with an RTX 30xx; for ARM boards a JSON target with their mtriple\n"
+        "(a CUDA target's \"host\" too, e.g. on a Jetson). See docs/remote.md.")
     remote.add_argument("--rpc-tracker", metavar="HOST:PORT", help="the RPC tracker's address (port default 9190)")
     remote.add_argument("--rpc-key", metavar="KEY", help="the --key the devices' rpc_server registered with")
     remote.add_argument("--rpc-timeout", metavar="S", type=float, default=60.0,
