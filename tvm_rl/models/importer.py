@@ -113,7 +113,8 @@ def from_onnx(path: str | Path, shapes: dict[str, Sequence[int]] | None = None, 
         proto = onnx.load(str(path))
         onnx.checker.check_model(proto)
     except Exception as err:
-        raise ModelImportError(f"{path} is not a valid ONNX model ({type(err).__name__}: {err})") from err
+        raise ModelImportError(f"{path} is not a valid ONNX model ({type(err).__name__}: {err}); re-export or "
+                               "re-download it (a truncated copy fails this way too)") from err
     initializers = {t.name for t in proto.graph.initializer}
     graph_inputs = [i for i in proto.graph.input if i.name not in initializers]
     shapes = dict(shapes or {})

@@ -12,6 +12,7 @@ Written after CleanRL's single-file PPO: `PPOConfig` holds every hyperparameter 
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..errors import CheckpointError
 from .knobs import CATEGORICAL, COMPUTE_LOCATION, TILE, KnobSpace
 
 TOKEN_FEATURES = 9
@@ -291,12 +293,35 @@ class PPOAgent:
 
     @classmethod
     def load(cls, path: str) -> "PPOAgent":
-        """An agent saved by `save`."""
-        state = torch.load(path, weights_only=False)
-        agent = cls(PPOConfig(**state["config"]))
-        agent.policy.load_state_dict(state["policy"])
-        agent.optimizer.load_state_dict(state["optimizer"])
-        agent.updates = state["updates"]
+        """An agent saved by `save`; CheckpointError naming the file and the problem if it cannot be used."""
+        what = f"tuner policy checkpoint {path}"
+        todo = "delete it (a new agent starts from scratch) or point to another checkpoint"
+        if not os.path.isfile(path):
+            raise CheckpointError(f"{what} not found")
+        try:
+            # weights_only: a checkpoint is tensors and plain values; never run a pickle's code on load.
+            state = torch.load(path, weights_only=True)
+        except Exception as err:
+            raise CheckpointError(f"{what} is corrupt or truncated ({type(err).__name__}: "
+                                  f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}); {todo}") from err
+        keys = {"config", "policy", "optimizer", "updates"}
+        if not isinstance(state, dict) or not keys <= set(state):
+            found = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise CheckpointError(f"{what} is not a tuner policy saved by PPOAgent.save (found {found}, expected "
+                                  f"{sorted(keys)}); {todo}")
+        try:
+            agent = cls(PPOConfig(**state["config"]))
+        except TypeError as err:
+            raise CheckpointError(f"{what}: its settings do not match this version's PPOConfig ({err}); "
+                                  f"{todo}") from err
+        try:
+            agent.policy.load_state_dict(state["policy"])
+            agent.optimizer.load_state_dict(state["optimizer"])
+        except Exception as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise CheckpointError(f"{what}: its network does not match this version's policy ({first}); "
+                                  f"{todo}") from err
+        agent.updates = int(state["updates"])
         return agent
 
 

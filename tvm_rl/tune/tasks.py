@@ -17,8 +17,9 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from ..errors import TvmRlError
+from ..errors import DatabaseError, TargetError, TvmRlError
 from ..measure import kernel_stage, parse_target
+from .database import check_database_dir
 from .exhaustion import StopWhenExhausted
 from .intrin import preload_tensor_intrinsics
 from .progress import ProgressLine
@@ -33,15 +34,18 @@ def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target | str) -> list[ms
 
 
 def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
-    """The JSON tuning database in `work_dir` (created if absent); a clear error if its files are corrupt."""
+    """The JSON tuning database in `work_dir` (created if absent); DatabaseError naming the file and line if
+    its files are corrupt or foreign (see `tvm_rl.tune.database`)."""
     work_dir = Path(work_dir)
+    check_database_dir(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     workloads, records = work_dir / "database_workload.json", work_dir / "database_tuning_record.json"
     try:
         return ms.database.JSONDatabase(str(workloads), str(records), allow_missing=True)
     except Exception as err:
-        raise TvmRlError(f"tuning database in {work_dir} is unreadable ({err}); move {workloads.name} and "
-                         f"{records.name} aside to start a fresh one") from err
+        last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise DatabaseError(f"tuning database in {work_dir} is unreadable ({last}); move {workloads.name} and "
+                            f"{records.name} aside to start a fresh one") from err
 
 
 def records_per_workload(database: ms.Database) -> Counter:
@@ -128,6 +132,7 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     `tune_workloads`. Returns the database (ready for `measure.build(..., database=...)`) and a report.
     """
     target = parse_target(target)
+    check_local_device(target, runner)
     workloads = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
     return tune_workloads(workloads, target, work_dir, trials_per_kernel, trials_per_iter, strategy, seed,
                           op_filter, builder, runner, verbose)
@@ -150,6 +155,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     MetaSchedule's own per-task tables go to `work_dir/ms_logs` (and the console if `verbose`).
     """
     target = parse_target(target)
+    check_local_device(target, runner)
     work_dir = Path(work_dir)
     database = open_database(work_dir)
     report = TuneReport()
@@ -194,6 +200,16 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     report.measured = sum(records_per_workload(database).values()) - sum(done.values())
     report.seconds = time.perf_counter() - start
     return database, report
+
+
+def check_local_device(target: tvm.target.Target, runner: ms.Runner | str) -> None:
+    """TargetError if candidates would be measured on this machine (the local runner) and it has no device of
+    the target's kind (building for CUDA works without a GPU; measuring does not)."""
+    local = runner == "local" if isinstance(runner, str) else isinstance(runner, ms.runner.LocalRunner)
+    kind = target.kind.name
+    if local and kind != "llvm" and not tvm.device(kind, 0).exist:
+        raise TargetError(f"no {kind} device on this machine, and tuning measures every candidate on one: tune on "
+                          f"a machine with a {kind} device, or measure remotely through an RPC runner")
 
 
 def _is_evolutionary(strategy: ms.SearchStrategy) -> bool:
