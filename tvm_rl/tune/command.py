@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     ap.add_argument("--per-iter", type=int, default=8, help="candidates measured per round (default 8)")
     ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--check-results", action="store_true",
+                    help="run each candidate once against the unscheduled kernel first; a wrong one is a failure")
     ap.add_argument("--work-dir", default=None, help="database folder (default logs/tuning/<target kind>)")
     remote = ap.add_argument_group(
         "remote measurement", "Build candidates here and time them on devices registered with a TVM RPC tracker.\n"
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         if runner is None:
             return 2
     common = dict(trials_per_kernel=args.trials, trials_per_iter=args.per_iter, strategy=args.strategy,
-                  seed=args.seed, op_filter=args.op_filter, runner=runner)
+                  seed=args.seed, op_filter=args.op_filter, runner=runner, check_results=args.check_results)
     if args.tophub:
         from .tophub import load_tasks
 
@@ -71,6 +73,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     print(f"{report.tasks} kernels: {len(report.tuned)} tuned, {len(report.skipped)} already had {args.trials} "
           f"trials; {report.measured} of {report.trials} trials measured (a small space can run out) in "
           f"{report.seconds:.0f} s. Database: {work_dir}")
+    if report.failures:
+        kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(report.failures.items()))
+        print(f"{sum(report.failures.values())} candidates failed ({kinds}); reasons in {report.failure_log}")
     return 0
 
 

@@ -21,6 +21,8 @@ from ..errors import DatabaseError, TargetError, TvmRlError
 from ..measure import kernel_stage, parse_target
 from .database import check_database_dir
 from .exhaustion import StopWhenExhausted
+from .failures import CheckedRunner, FailureLog
+from .interrupt import ignore_sigint, interruptible
 from .intrin import preload_tensor_intrinsics
 from .progress import ProgressLine
 from .workers import PersistentBuilder
@@ -120,12 +122,15 @@ class TuneReport:
     trials: int = 0
     measured: int = 0
     seconds: float = 0.0
+    failures: Counter = field(default_factory=Counter)  # failed candidates by kind (failures.KINDS)
+    failure_log: Path | None = None  # one JSON line per failed candidate, with its reason
 
 
 def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str | Path,
                trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy: ms.SearchStrategy | str | None = None,
                seed: int = 0, op_filter: str | None = None, builder: ms.Builder | None = None,
-               runner: ms.Runner | str = "local", verbose: bool = False) -> tuple[ms.Database, TuneReport]:
+               runner: ms.Runner | str = "local", verbose: bool = False,
+               check_results: bool = False) -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
 
     Kernels are extracted as `measure.build` looks them up, so the database applies to the build; the rest is
@@ -135,14 +140,14 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     check_local_device(target, runner)
     workloads = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
     return tune_workloads(workloads, target, work_dir, trials_per_kernel, trials_per_iter, strategy, seed,
-                          op_filter, builder, runner, verbose)
+                          op_filter, builder, runner, verbose, check_results)
 
 
 def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target: tvm.target.Target | str,
                    work_dir: str | Path, trials_per_kernel: int = 64, trials_per_iter: int = 16,
                    strategy: ms.SearchStrategy | str | None = None, seed: int = 0, op_filter: str | None = None,
                    builder: ms.Builder | None = None, runner: ms.Runner | str = "local",
-                   verbose: bool = False) -> tuple[ms.Database, TuneReport]:
+                   verbose: bool = False, check_results: bool = False) -> tuple[ms.Database, TuneReport]:
     """Tune (name, TIR module with one PrimFunc, weight) workloads into `work_dir`'s database, each up to
     `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
     interrupted run resumes.
@@ -153,9 +158,16 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     measure fewer than `trials_per_iter` in a round on purpose). The default builder is a process-wide
     PersistentBuilder, so its warm workers serve every call. Progress is one line per measured batch;
     MetaSchedule's own per-task tables go to `work_dir/ms_logs` (and the console if `verbose`).
+
+    Failed candidates (build errors, crashes, timeouts) are counted in the report and their reasons appended
+    to `work_dir/failures.jsonl`; `check_results` also fails candidates whose outputs differ from the
+    unscheduled kernel's (`failures.CheckedRunner`). Ctrl-C raises TuningInterrupted, saying how to resume.
     """
     target = parse_target(target)
     check_local_device(target, runner)
+    if check_results and not _is_local(runner):
+        raise TvmRlError("check_results runs each candidate on this machine, so it needs the local runner; "
+                         "drop it to measure remotely")
     work_dir = Path(work_dir)
     database = open_database(work_dir)
     report = TuneReport()
@@ -185,18 +197,27 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     contexts = [ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
                                task_name=name, logger=logger, rand_state=rand_state, num_threads="physical").clone()
                 for (name, mod, _), logger, rand_state in zip(todo, loggers, ms.utils.fork_seed(seed, n=len(todo)))]
+    if isinstance(runner, str) and runner == "local":
+        runner = ms.runner.LocalRunner(initializer=ignore_sigint)
+    if check_results:
+        runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner)
+    report.failure_log = work_dir / "failures.jsonl"
     # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
-    for budget in sorted(set(budgets)):
-        group = [i for i, b in enumerate(budgets) if b == budget]
-        callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
-                     ProgressLine("  ", [names[i] for i in group])]
-        ms.tune_tasks(
-            measure_callbacks=callbacks, tasks=[contexts[i] for i in group], task_weights=[todo[i][2] for i in group],
-            work_dir=str(work_dir / "ms_logs"), max_trials_global=budget * len(group),
-            max_trials_per_task=budget, num_trials_per_iter=min(trials_per_iter, budget),
-            database=database, builder=builder or shared_builder(), runner=runner)
-        report.tuned += [names[i] for i in group]
-        report.trials += budget * len(group)
+    with interruptible(lambda: _resume_hint(work_dir)):
+        for budget in sorted(set(budgets)):
+            group = [i for i, b in enumerate(budgets) if b == budget]
+            failures = FailureLog(report.failure_log, [names[i] for i in group])
+            callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
+                         ProgressLine("  ", [names[i] for i in group]), failures]
+            ms.tune_tasks(
+                measure_callbacks=callbacks, tasks=[contexts[i] for i in group],
+                task_weights=[todo[i][2] for i in group], work_dir=str(work_dir / "ms_logs"),
+                max_trials_global=budget * len(group), max_trials_per_task=budget,
+                num_trials_per_iter=min(trials_per_iter, budget), database=database,
+                builder=builder or shared_builder(), runner=runner)
+            report.tuned += [names[i] for i in group]
+            report.trials += budget * len(group)
+            report.failures += failures.counts()
     report.measured = sum(records_per_workload(database).values()) - sum(done.values())
     report.seconds = time.perf_counter() - start
     return database, report
@@ -205,11 +226,21 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
 def check_local_device(target: tvm.target.Target, runner: ms.Runner | str) -> None:
     """TargetError if candidates would be measured on this machine (the local runner) and it has no device of
     the target's kind (building for CUDA works without a GPU; measuring does not)."""
-    local = runner == "local" if isinstance(runner, str) else isinstance(runner, ms.runner.LocalRunner)
     kind = target.kind.name
-    if local and kind != "llvm" and not tvm.device(kind, 0).exist:
+    if _is_local(runner) and kind != "llvm" and not tvm.device(kind, 0).exist:
         raise TargetError(f"no {kind} device on this machine, and tuning measures every candidate on one: tune on "
                           f"a machine with a {kind} device, or measure remotely through an RPC runner")
+
+
+def _is_local(runner: ms.Runner | str) -> bool:
+    return runner == "local" if isinstance(runner, str) else isinstance(runner, ms.runner.LocalRunner)
+
+
+def _resume_hint(work_dir: Path) -> str:
+    records = work_dir / "database_tuning_record.json"
+    count = sum(1 for _ in open(records, "rb")) if records.is_file() else 0
+    return (f"interrupted; the {count} measured records so far are kept in {records}. Run the same command "
+            "again to resume: each kernel gets what is left of its budget, nothing is measured twice.")
 
 
 def _is_evolutionary(strategy: ms.SearchStrategy) -> bool:
