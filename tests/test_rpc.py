@@ -123,6 +123,7 @@ def test_silent_port_is_not_a_tracker():
             check_tracker(f"127.0.0.1:{port}", KEY, timeout_sec=1.0)
 
 
+@pytest.mark.slow  # the tracker fixture takes 20-30 s to start
 def test_unknown_key_names_the_keys_there(tracker, capsys):
     address, _ = tracker
     with pytest.raises(RPCError, match=rf"no device with key 'jetson'.*keys it has: {KEY} \(2 free of 2\)"):
