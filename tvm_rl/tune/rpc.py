@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import TvmRlError
+from .interrupt import ignore_sigint
 
 DEFAULT_PORT = 9190  # `python -m tvm.exec.rpc_tracker`'s default
 
@@ -128,5 +129,6 @@ def rpc_runner(tracker: str, key: str, timeout_sec: float = 60.0, max_workers: i
     free = check_tracker(tracker, key, min(timeout_sec, 10.0)).free if check else 1
     config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key,
                                  session_timeout_sec=int(max(1, round(timeout_sec))))
+    # Ctrl-C is the tuning process's to handle (TuningInterrupted), as for the local runner's workers.
     return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator,
-                               max_workers=max_workers or max(1, free))
+                               max_workers=max_workers or max(1, free), initializer=ignore_sigint)
