@@ -51,7 +51,9 @@ def attention_parts(g: Graph, out_name: str) -> dict | None:
     Every intermediate must have that one reader, so the fused op replaces all of them.
     """
     pv = _plain_matmul(g, out_name)
-    if pv is None:
+    # Only float32: TVM's legalization of R.nn.attention multiplies by a float32 scale, so float16 inputs
+    # come out as float32 against the op's declared type, and the next float16 operator fails to build.
+    if pv is None or pv[2] != "float32":
         return None
     (groups, queries, keys), (_, _, dv), dtype = pv[0], pv[1], pv[2]
     p, v = g.values[out_name].args

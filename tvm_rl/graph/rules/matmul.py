@@ -95,17 +95,19 @@ class ScalarMulMotion(Rule):
                 producer = g.values.get(u.name)
                 if result is None or g.single_use(u.name) != name or producer is None:
                     continue
-                for option in self._options(g, producer):
+                for option in self._options(g, producer, result[1]):
                     out.append(self.match((name, u.name), f"{name}: scale into {u.name} "
                                           f"({producer.op.name.split('.')[-1]}{option})", (side, option)))
                 break
         return out
 
-    def _options(self, g: Graph, producer) -> list[str]:
+    def _options(self, g: Graph, producer, dtype: str) -> list[str]:
         op = getattr(getattr(producer, "op", None), "name", None)
         if op in _LINEAR_UNARY:
             return [""]
-        if op == "relax.matmul" and all(float_tensor(a) for a in producer.args):
+        # A matmul with an out_dtype (float16 operands, float32 result) would need the factor in the
+        # operands' dtype: a different multiply, and a type error if built with the result's.
+        if op == "relax.matmul" and all(float_tensor(a) and float_tensor(a)[1] == dtype for a in producer.args):
             consts = [g.const(a) is not None for a in producer.args]
             # Onto a constant operand the factor folds away; moving it elsewhere instead is never better.
             if consts == [False, True]:

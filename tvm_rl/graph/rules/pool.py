@@ -29,17 +29,30 @@ def _monotone(call) -> bool:
     return name in MONOTONE
 
 
-def _windows_hit_input(attrs) -> bool:
-    """Every pooling window holds at least one input element (never only padding).
+def _windows_hit_input(attrs, in_shape: tuple[int, ...], out_shape: tuple[int, ...]) -> bool:
+    """Every pooling window has a tap on an input element (never only on padding).
 
-    Without ceil_mode a window starts at most at H + pad_end - extent, so pad_end < extent (and likewise
-    pad_begin < extent for the first window) is enough.
+    Checked window by window on the static shapes: with dilation a window can straddle the input with
+    every tap in the padding (pool 2, dilation 3, padding 2 on a 1-pixel input), which bounds on the
+    padding alone do not see.
     """
     if bool(attrs.ceil_mode):
         return False
-    sizes, dilation, pad = ints(attrs.pool_size), ints(attrs.dilation), ints(attrs.padding)
-    extents = [(k - 1) * d + 1 for k, d in zip(sizes, dilation)]
-    return all(p < extents[i % 2] for i, p in enumerate(pad))
+    layout, out_layout = str(attrs.layout), str(attrs.out_layout or attrs.layout)
+    if len(layout) != len(in_shape) or len(out_layout) != len(out_shape):
+        return False
+    sizes, strides = ints(attrs.pool_size), ints(attrs.strides)
+    dilation, pad = ints(attrs.dilation), ints(attrs.padding)
+    for axis, dim in enumerate("HW"):
+        if dim not in layout or dim not in out_layout:
+            return False
+        size, n_out = in_shape[layout.index(dim)], out_shape[out_layout.index(dim)]
+        k, s, d, begin = sizes[axis], strides[axis], dilation[axis], pad[axis]
+        for i in range(n_out):
+            start = i * s - begin
+            if not any(0 <= start + j * d < size for j in range(k)):
+                return False
+    return True
 
 
 @register
@@ -59,7 +72,8 @@ class ActivationAfterMaxPool(Rule):
                 continue
             if float_tensor(x) is None or float_tensor(act.args[0]) != float_tensor(x):
                 continue
-            if float_tensor(g.vars[name]) is None or not _windows_hit_input(pool.attrs):
+            out_t = float_tensor(g.vars[name])
+            if out_t is None or not _windows_hit_input(pool.attrs, float_tensor(x)[0], out_t[0]):
                 continue
             out.append(self.match((x.name, name), f"{name} = max_pool2d({act.op.name.split('.')[-1]}(...))"))
         return out
