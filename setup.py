@@ -6,6 +6,8 @@ setup(
     version="0.1.0",
     description="RL graph rewrites (X-RLflow) and PPO schedule tuning (CHAMELEON) for Apache TVM 0.27",
     packages=find_packages(include=["tvm_rl", "tvm_rl.*"]),
+    # The shipped graph policy (RLRewritePass's default), made by the command in the README.
+    package_data={"tvm_rl.graph": ["policies/*.pt"]},
     python_requires=">=3.10",
     install_requires=[
         # The TVM API moves between releases, and the newer FFI segfaults in tvm.ir.save_json,

@@ -14,7 +14,8 @@ from tvm_rl.graph.agent import (DEFAULT_POLICY, Decision, GraphActorCritic, Poli
 from tvm_rl.graph.env import GraphRewriteEnv
 from tvm_rl.graph.fingerprint import same_graph
 from tvm_rl.graph.rewrite_pass import RLRewritePass
-from tvm_rl.graph.train import Batch, TrainConfig, play, ppo_loss, ppo_update, train
+from tvm_rl.graph.train import (Batch, TrainConfig, demonstrations, greedy_row, imitate, play, ppo_loss, ppo_update,
+                                 train)
 from tvm_rl.graph.verify import compare_variants
 
 
@@ -74,6 +75,23 @@ def test_ppo_update_lowers_the_loss_on_a_fixed_batch():
     ppo_update(policy, optim, episodes, config, np.random.default_rng(0))
     after, _ = ppo_loss(policy, batch, idx, config)
     assert after.item() < before.item()
+
+
+def test_imitation_learns_greedy_choices():
+    env = GraphRewriteEnv(T.merge_matmul_graph(), cap=16, horizon=4)
+    rng = np.random.default_rng(0)
+    pairs = [p for _ in range(3) for p in demonstrations(env, rng)]
+    assert all(label == greedy_row(d) for d, label in pairs)
+
+    def greedy_prob(policy):  # mean probability the policy gives greedy's choice
+        with torch.no_grad():
+            return np.mean([float(policy.distribution([d])[0][label].exp()) for d, label in pairs])
+
+    policy = small_policy(3)
+    before = greedy_prob(policy)
+    imitate(policy, pairs, TrainConfig(imitation_epochs=30, learning_rate=3e-3), rng)
+    after = greedy_prob(policy)
+    assert after > before and after > 0.5, (before, after)
 
 
 def _mean_return(env, policy, n, seed, greedy=False):

@@ -45,6 +45,8 @@ class TrainConfig:
     value_coef: float = 0.5
     entropy_coef: float = 0.01
     max_grad_norm: float = 0.5
+    imitation_episodes: int = 8  # greedy demonstrations cloned before PPO starts (0: PPO from scratch)
+    imitation_epochs: int = 20
     hidden: int = 64
     gat_layers: int = 3
     heads: int = 4
@@ -100,6 +102,52 @@ def play(env, policy: GraphActorCritic, rng: np.random.Generator, model: str = "
     ep.speedup = info["initial_cost_ms"] / info["cost_ms"]
     ep.applied = info["applied"]
     return ep
+
+
+def greedy_row(decision: Decision) -> int:
+    """The row greedy search would take: the cheapest candidate if it is cheaper than now, else stop (last)."""
+    cost = decision.globals[:, 0]
+    best = int(np.argmin(cost[:-1])) if len(decision) > 1 else len(decision) - 1
+    return best if len(decision) > 1 and cost[best] < cost[-1] else len(decision) - 1
+
+
+def demonstrations(env, rng: np.random.Generator, explore: float = 0.3) -> list[tuple[Decision, int]]:
+    """One episode of greedy search (a random step with probability `explore`, to reach varied states),
+    as (decision, greedy row) pairs."""
+    out = []
+    obs, _ = env.reset()
+    done = False
+    while not done:
+        decision = decision_from_observation(obs)
+        label = greedy_row(decision)
+        out.append((decision, label))
+        row = int(rng.integers(len(decision) - 1)) if len(decision) > 1 and rng.random() < explore else label
+        obs, _, terminated, truncated, _ = env.step(int(decision.actions[row]))
+        done = terminated or truncated
+    return out
+
+
+def imitate(policy: GraphActorCritic, pairs: Sequence[tuple[Decision, int]], config: TrainConfig,
+            rng: np.random.Generator) -> float:
+    """Behaviour cloning of greedy search (cross-entropy on its rows); returns the last epoch's mean loss.
+    A warm start we added to X-RLflow's recipe: PPO then starts from greedy instead of from uniform."""
+    optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
+    labels = torch.tensor([label for _, label in pairs])
+    losses: list[float] = []
+    for _ in range(config.imitation_epochs):
+        losses = []
+        order = rng.permutation(len(pairs))
+        for start in range(0, len(order), config.minibatch):
+            idx = order[start:start + config.minibatch].tolist()
+            chosen = [pairs[i][0] for i in idx]
+            logp, _, _ = policy.distribution(chosen)
+            offsets = torch.tensor(np.cumsum([0] + [len(d) for d in chosen[:-1]]))
+            loss = -logp[offsets + labels[idx]].mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+    return float(np.mean(losses)) if losses else 0.0
 
 
 # ---- worker processes: each keeps its own environments, receives the current weights, returns episodes
@@ -213,6 +261,15 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
             print(f"resuming from {ckpt_path} at iteration {start}")
     rng = np.random.default_rng([config.seed, start])
     envs = {} if config.workers > 1 else {m: make_env(m, config) for m in config.models}
+    if start == 0 and config.imitation_episodes > 0:
+        t0 = time.perf_counter()
+        demo_envs = envs or {m: make_env(m, config) for m in config.models}
+        pairs = [p for e in range(config.imitation_episodes)
+                 for p in demonstrations(demo_envs[config.models[e % len(config.models)]], rng)]
+        loss = imitate(policy, pairs, config, rng)
+        if progress:
+            print(f"imitation: {len(pairs)} greedy decisions from {config.imitation_episodes} episodes, "
+                  f"cross-entropy {loss:.3f} [{time.perf_counter() - t0:.0f} s]", flush=True)
     pool = (ProcessPoolExecutor(config.workers, mp_context=get_context("spawn")) if config.workers > 1 else None)
     try:
         for it in range(start, config.iterations):
