@@ -1,0 +1,26 @@
+import json
+
+import pytest
+import tvm
+
+from tvm_rl.cli import main
+
+
+@pytest.mark.slow
+def test_rewrite_command_writes_report_and_module(tmp_path, capsys):
+    rc = main(["rewrite", "--model", "squeezenet1_1", "--steps", "2", "--episodes", "1", "--no-confirm",
+               "--work-dir", str(tmp_path)])
+    assert rc == 0
+    report = json.loads((tmp_path / "rewrite_squeezenet1_1.json").read_text())
+    assert report["steps"] >= 1 and report["cost_ms"] <= report["initial_cost_ms"]
+    mod = tvm.ir.load_json((tmp_path / "rewrite_squeezenet1_1.relax.json").read_text())
+    assert "main" in [gv.name_hint for gv in mod.get_global_vars()]
+    assert "squeezenet1_1:" in capsys.readouterr().out
+
+
+def test_rewrite_command_names_a_bad_policy_file(tmp_path, capsys):
+    bad = tmp_path / "bad.pt"
+    bad.write_text("junk")
+    rc = main(["rewrite", "--model", "squeezenet1_1", "--policy", str(bad), "--work-dir", str(tmp_path)])
+    assert rc == 2
+    assert "bad.pt" in capsys.readouterr().err
