@@ -32,8 +32,6 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, RunnerInput
 from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
 from tvm.support.popen_pool import PopenPoolExecutor
 
-from .interrupt import ignore_sigint
-
 logger = logging.getLogger(__name__)
 
 KINDS = ("build", "run", "timeout", "wrong")
@@ -229,7 +227,7 @@ class CheckedRunner(PyRunner):
 
     def _executor(self) -> PopenPoolExecutor:
         if self._pool is None:
-            self._pool = PopenPoolExecutor(max_workers=1, timeout=self.timeout_sec, initializer=ignore_sigint)
+            self._pool = PopenPoolExecutor(max_workers=1, timeout=self.timeout_sec)
         return self._pool
 
 

@@ -6,6 +6,10 @@ interrupt itself: Python raises KeyboardInterrupt wherever the main thread is, a
 callback inside TVM's C++ task scheduler (a builder, the search strategy, XGBoost training), TVM's FFI or
 XGBoost re-raise it as a RuntimeError or TVMError with a long traceback. `interruptible` notes that SIGINT
 arrived, so whatever exception it turned into becomes TuningInterrupted.
+
+Worker processes (builders, runners) are left to die of the same Ctrl-C: the tuning process waits on them in
+Python, so it is interrupted before it could record a candidate whose worker died as failed; and a worker
+that ignored Ctrl-C would go on (importing, compiling) for up to a minute after the run ended.
 """
 from __future__ import annotations
 
@@ -43,6 +47,6 @@ def interruptible(message: Callable[[], str]) -> Iterator[None]:
 
 
 def ignore_sigint() -> None:
-    """For worker processes: Ctrl-C reaches the whole process group, and the tuning process is the one to
-    handle it (a worker that died first would have its candidate recorded as a failure)."""
+    """For worker processes that must finish what they are doing when Ctrl-C reaches the process group. Such a
+    worker outlives an interrupted run until its current job ends and it reads its closed pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -16,10 +16,8 @@ from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 
 def _warm_worker() -> None:
-    from tvm_rl.tune.interrupt import ignore_sigint
     from tvm_rl.tune.intrin import preload_tensor_intrinsics
 
-    ignore_sigint()  # Ctrl-C is the tuning process's to handle: a killed build would be recorded as failed
     preload_tensor_intrinsics()  # registers the tensorize intrinsics schedules may name
 
 
