@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ..measure import host_cpu_target, parse_target
-from .tasks import STRATEGIES, tune_model, tune_workloads
+from .tasks import STRATEGIES, make_strategy, tune_model, tune_workloads
 
 
 def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     ap.add_argument("--per-iter", type=int, default=8, help="candidates measured per round (default 8)")
     ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--walks", type=int, default=None,
+                    help="ppo: walks per round, annealing: chains (default 128); less is a cheaper round")
+    ap.add_argument("--evaluations", type=int, default=None,
+                    help="ppo, annealing: points the cost model rates per round (default 512)")
     ap.add_argument("--check-results", action="store_true",
                     help="run each candidate once against the unscheduled kernel first; a wrong one is a failure")
     ap.add_argument("--work-dir", default=None, help="database folder (default logs/tuning/<target kind>)")
@@ -56,7 +60,10 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         runner = _remote_runner(args, ap)
         if runner is None:
             return 2
-    common = dict(trials_per_kernel=args.trials, trials_per_iter=args.per_iter, strategy=args.strategy,
+    strategy = args.strategy  # a name: built only if there is something to tune (PPO imports torch)
+    if args.walks is not None or args.evaluations is not None:
+        strategy = make_strategy(args.strategy, args.seed, args.walks, args.evaluations)
+    common = dict(trials_per_kernel=args.trials, trials_per_iter=args.per_iter, strategy=strategy,
                   seed=args.seed, op_filter=args.op_filter, runner=runner, check_results=args.check_results)
     if args.tophub:
         from .tophub import load_tasks

@@ -22,7 +22,7 @@ from ..measure import kernel_stage, parse_target
 from .database import check_database_dir
 from .exhaustion import StopWhenExhausted
 from .failures import CheckedRunner, FailureLog
-from .interrupt import ignore_sigint, interruptible
+from .interrupt import interruptible
 from .intrin import preload_tensor_intrinsics
 from .progress import ProgressLine
 from .workers import PersistentBuilder
@@ -65,20 +65,28 @@ def default_strategy() -> ms.SearchStrategy:
 STRATEGIES = ("evolutionary", "ppo", "ppo-topk", "annealing", "random")
 
 
-def make_strategy(name: str | ms.SearchStrategy | None, seed: int = 0) -> ms.SearchStrategy:
-    """A search strategy by name (one of STRATEGIES; None: "evolutionary"), or the strategy itself."""
+def make_strategy(name: str | ms.SearchStrategy | None, seed: int = 0, walks: int | None = None,
+                  evaluations: int | None = None) -> ms.SearchStrategy:
+    """A search strategy by name (one of STRATEGIES; None: "evolutionary"), or the strategy itself.
+
+    `walks` (PPO's walks or annealing's chains) and `evaluations` (points the cost model rates per round) set
+    the knob-space strategies' effort per round; None keeps their defaults. The other strategies ignore them.
+    """
     if name is None or name == "evolutionary":
         return default_strategy()
     if not isinstance(name, str):
         return name
     if name in ("ppo", "ppo-topk"):
+        from .agent import PPOConfig
         from .strategy import PPOSearch
 
-        return PPOSearch(adaptive=name == "ppo", seed=seed)
+        effort = {k: v for k, v in (("walks", walks), ("max_evaluations", evaluations)) if v is not None}
+        return PPOSearch(adaptive=name == "ppo", config=PPOConfig(seed=seed, **effort), seed=seed)
     if name == "annealing":
         from .annealing import SimulatedAnnealing
 
-        return SimulatedAnnealing(seed=seed)
+        effort = {k: v for k, v in (("chains", walks), ("max_evaluations", evaluations)) if v is not None}
+        return SimulatedAnnealing(seed=seed, **effort)
     if name == "random":
         return ms.search_strategy.ReplayTrace()
     raise TvmRlError(f"unknown search strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
@@ -197,8 +205,6 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     contexts = [ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
                                task_name=name, logger=logger, rand_state=rand_state, num_threads="physical").clone()
                 for (name, mod, _), logger, rand_state in zip(todo, loggers, ms.utils.fork_seed(seed, n=len(todo)))]
-    if isinstance(runner, str) and runner == "local":
-        runner = ms.runner.LocalRunner(initializer=ignore_sigint)
     if check_results:
         runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner)
     report.failure_log = work_dir / "failures.jsonl"

@@ -1,0 +1,125 @@
+"""A real `tvm-rl tune` run stopped with Ctrl-C (SIGINT to its process group) and killed with SIGKILL loses no
+completed measurement, and the same command resumes and finishes the budget without measuring anything twice."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TOPHUB = REPO.parent / "shared" / "tophub"
+# Small PPO rounds (--walks, --evaluations): the default ones take tens of seconds each on two cores.
+TRIALS, PER_ITER = 6, 2
+
+
+def command(work_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "tvm_rl.cli", "tune", "--tophub", "--tophub-dir", str(TOPHUB), "--ops",
+            "batch_matmul", "--max-tasks", "1", "--trials", str(TRIALS), "--per-iter", str(PER_ITER), "--walks", "16",
+            "--evaluations", "32", "--work-dir", str(work_dir)]
+
+
+def records(work_dir: Path) -> list[str]:
+    """The database's whole records (a line a killed run cut short is not one: the next run moves it aside)."""
+    path = work_dir / "database_tuning_record.json"
+    return [line for line in path.read_text().splitlines() if _whole(line)] if path.is_file() else []
+
+
+def _whole(line: str) -> bool:
+    try:
+        json.loads(line)
+        return True
+    except json.JSONDecodeError:
+        return False
+
+
+class Run:
+    """`tvm-rl tune` in a session of its own, so the test can signal its group and clean up only its processes."""
+
+    def __init__(self, work_dir: Path):
+        self.proc = subprocess.Popen(command(work_dir), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+
+    def wait_for(self, work_dir: Path, more_than: int, timeout: float = 400) -> None:
+        deadline = time.monotonic() + timeout
+        while len(records(work_dir)) <= more_than:
+            assert self.proc.poll() is None, f"the run ended before measuring:\n{self.proc.communicate()}"
+            assert time.monotonic() < deadline, "no new record in time"
+            time.sleep(0.2)
+
+    def finish(self, timeout: float = 600) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+    def wait_group_gone(self, timeout: float = 60) -> list[str]:
+        """Processes of the run's session still there after up to `timeout` s (its workers exit on their own)."""
+        deadline = time.monotonic() + timeout
+        while self.group_alive() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return self.group_alive()
+
+    def group_alive(self) -> list[str]:
+        """Processes still in the run's session (its workers, if they outlived it)."""
+        found = subprocess.run(["pgrep", "-s", str(self.proc.pid)], capture_output=True, text=True).stdout
+        return found.split()
+
+    def cleanup(self) -> None:
+        if self.group_alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+
+
+@pytest.mark.slow
+def test_sigint_then_sigkill_lose_nothing_and_rerun_resumes(tmp_path):
+    if not TOPHUB.is_dir():
+        pytest.skip(f"no TopHub logs at {TOPHUB}")
+    work = tmp_path / "db"
+    # 1. Ctrl-C (the terminal signals the whole process group) once a batch is in the database.
+    run = Run(work)
+    try:
+        run.wait_for(work, more_than=0)
+        os.killpg(run.proc.pid, signal.SIGINT)
+        code, out, err = run.finish(timeout=120)
+        lingering = run.wait_group_gone(timeout=15)
+    finally:
+        run.cleanup()
+    assert code == 130, (out, err)
+    assert not lingering, "worker processes outlived the interrupted run"
+    assert "Traceback" not in err and "Run the same command again to resume" in err
+    after_sigint = records(work)
+    assert f"the {len(after_sigint)} measured records so far are kept in" in err
+    assert all(json.loads(line)[1][1][0] < 1 for line in after_sigint)  # no candidate failed by the interrupt
+
+    # 2. The same command resumes; SIGKILL (to the tuning process alone, as the OOM killer would) mid-way.
+    run = Run(work)
+    try:
+        run.wait_for(work, more_than=len(after_sigint))
+        run.proc.kill()
+        code, _, _ = run.finish(timeout=60)
+        orphans = run.wait_group_gone()  # its workers see their pipe close and exit
+    finally:
+        run.cleanup()
+    assert code == -signal.SIGKILL
+    assert not orphans, "worker processes outlived the killed run"
+    after_sigkill = records(work)
+    assert after_sigkill[: len(after_sigint)] == after_sigint and len(after_sigkill) > len(after_sigint)
+
+    # 3. Once more, to the end: only what is left of the budget is measured, and nothing twice.
+    run = Run(work)
+    try:
+        code, out, err = run.finish()
+    finally:
+        run.cleanup()
+    assert code == 0, (out, err)
+    final = records(work)
+    assert final[: len(after_sigkill)] == after_sigkill
+    left = TRIALS - len(after_sigkill)
+    assert (f"of {left} trials measured" if left else f"already had {TRIALS} trials") in out
+    assert len(final) <= TRIALS
+    traces = [json.dumps(json.loads(line)[1][0]) for line in final]
+    assert len(set(traces)) == len(traces)
