@@ -27,6 +27,19 @@ from tvm_rl.graph.rewrite_pass import RLRewritePass  # noqa: E402
 KEYS = ("original", "relax_builtin", "greedy", "backtracking", "rl")
 
 
+def proxy_rows(variants: dict, fn) -> dict[str, dict]:
+    """Rows like measure_variants', with the proxy's cost in place of a measured latency."""
+    rows = {}
+    for key, (mod, seconds, applied) in variants.items():
+        c = None if key == "relax_builtin" else fn(mod)  # the proxy cannot read the built-ins' call_tir
+        rows[key] = {"latency_ms": c, "search_cost_ms": c, "optimisation_s": round(seconds, 2),
+                     "rewrites": len(applied), "applied": applied, "matches_original": True, "proxy_only": True}
+    rows.pop("relax_builtin")
+    for row in rows.values():
+        row["speedup"] = rows["original"]["latency_ms"] / row["latency_ms"]
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="tiny", choices=models.SIZES)
@@ -41,6 +54,9 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=4, help="RL pass: episodes (first greedy, rest sampled)")
     ap.add_argument("--time-budget", type=float, default=60.0, help="RL pass: search seconds per model")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--greedy-steps", type=int, default=100, help="greedy: rewrites at most")
+    ap.add_argument("--no-measure", action="store_true", help="compare by the roofline proxy only (no builds: "
+                    "for full-size models on CPU, whose untuned builds take minutes per run)")
     ap.add_argument("--force", action="store_true", help="re-run models already in the JSON")
     args = ap.parse_args()
     target = measure.parse_target(args.target)
@@ -49,8 +65,10 @@ def main() -> None:
         from tvm_rl.tune import open_database
         database = open_database(args.database)
     policy = GraphActorCritic.load(args.policy)
-    seen_models = set(policy.meta.get("models", [])) if policy.meta.get("size") == args.size else set()
-    out = Path(__file__).resolve().parents[1] / "logs" / f"graph_rl_{target.kind.name}_{args.size}.json"
+    trained = set(policy.meta.get("models", []))
+    seen_models = trained if policy.meta.get("size") == args.size else set()
+    suffix = "_proxy" if args.no_measure else ""
+    out = Path(__file__).resolve().parents[1] / "logs" / f"graph_rl_{target.kind.name}_{args.size}{suffix}.json"
     results = json.loads(out.read_text())["models"] if out.exists() else {}
     hardware = cost.default_hardware(target)
     for name in args.models:
@@ -62,35 +80,45 @@ def main() -> None:
         variants = {"original": (model.mod, 0.0, [])}
         start = time.perf_counter()
         variants["relax_builtin"] = (builtin_rewrites(model.mod), time.perf_counter() - start, list(BUILTIN))
-        r = search.greedy(model.mod, fn, cap=args.cap)
+        r = search.greedy(model.mod, fn, cap=args.cap, max_steps=args.greedy_steps)
         variants["greedy"] = (r.mod, r.seconds, r.applied)
         r = search.backtracking(model.mod, fn, alpha=args.alpha, budget=args.budget, cap=args.cap)
         variants["backtracking"] = (r.mod, r.seconds, r.applied)
         rl = RLRewritePass(target, policy, max_steps=args.steps, episodes=args.episodes, cap=args.cap,
-                           time_budget_s=args.time_budget, database=database, cost=fn)
+                           time_budget_s=args.time_budget, database=database, cost=fn, confirm=not args.no_measure)
         rewritten = rl(model.mod)
         report = rl.last_report
         variants["rl"] = (rewritten, report.seconds, report.applied)
-        rows = measure_variants(model, variants, target, database, args.repeat, fn)
+        rows = (proxy_rows(variants, fn) if args.no_measure
+                else measure_variants(model, variants, target, database, args.repeat, fn))
         rows["rl"].update(confirm_s=round(report.confirm_seconds, 2), steps=report.steps, kept=report.kept,
                           reason=report.reason)
         rows["seen_in_training"] = name in seen_models
         results[name] = rows
         print(f"{name}: " + ", ".join(f"{k} {rows[k]['latency_ms']:.3f} ms ({rows[k]['speedup']:.2f}x)"
-                                      for k in KEYS) + f"; rl: {report.reason}", flush=True)
+                                      for k in KEYS if k in rows) + f"; rl: {report.reason}", flush=True)
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({"target": str(target), "size": args.size, "search_cost": "roofline",
+                                   "measured": not args.no_measure, "greedy_steps": args.greedy_steps,
                                    "database": cost.database_tag(database), "policy": args.policy or "shipped",
                                    "policy_meta": policy.meta, "budget": args.budget, "alpha": args.alpha,
                                    "cap": args.cap, "steps": args.steps, "episodes": args.episodes,
                                    "time_budget_s": args.time_budget, "repeat": args.repeat, "models": results},
                                   indent=1))
+    keys = tuple(k for k in KEYS if not (args.no_measure and k == "relax_builtin"))
     table = {n: {k: v for k, v in r.items() if k != "seen_in_training"} for n, r in results.items()}
-    for seen, title in ((True, "models the policy was trained on"), (False, "models left out of training")):
-        part = {n: r for n, r in table.items() if results[n].get("seen_in_training") == seen}
+    def group(name: str) -> str:
+        if name in seen_models:
+            return "seen"
+        return "shapes" if name in trained else "unseen"
+
+    for kind, title in (("seen", "models the policy was trained on"),
+                        ("shapes", f"models the policy was trained on at {policy.meta.get('size')} size: unseen shapes"),
+                        ("unseen", "models left out of training")):
+        part = {n: r for n, r in table.items() if group(n) == kind}
         if part:
             print(f"\n{title} ({args.size}):")
-            print_table(part, KEYS)
+            print_table(part, keys)
     rl_vs_bt = [r["backtracking"]["latency_ms"] / r["rl"]["latency_ms"] for r in table.values()]
     if rl_vs_bt:
         print(f"\nRL vs backtracking: >= on {sum(x >= 0.99 for x in rl_vs_bt)}/{len(rl_vs_bt)} models (1% noise), "
