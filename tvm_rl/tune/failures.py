@@ -141,12 +141,13 @@ def _check_in_worker(artifact_path: str, device_type: str, initial: list[np.ndar
     args = [tvm.runtime.tensor(x, device) for x in initial]
     rt_mod[rt_mod.entry_name](*args)
     device.sync()
-    actual = [a.numpy() for a in args]
+    actual = [a.numpy().astype(np.float64) for a in args]  # float64: bool and int buffers compare too
     worst = None
     for reference in expected:
         for i, (a, e) in enumerate(zip(actual, reference)):
+            e = e.astype(np.float64)
             if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
-                err = float(np.nanmax(np.abs(a.astype(np.float64) - e.astype(np.float64)), initial=0.0))
+                err = float(np.nanmax(np.abs(a - e), initial=0.0))
                 if worst is None or err < worst[1]:
                     worst = (i, err)
                 break
