@@ -55,8 +55,9 @@ def test_truncated_onnx_file_is_named(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--onnx", "{dir}/missing.onnx"], "ONNX file not found: .*missing.onnx"),
     (["--model", "resnet18", "--target", "tpu"], "unknown target 'tpu'"),
+    (["--model", "resnet5"], "unknown zoo model 'resnet5'; known: .*resnet50"),
     (["--tophub", "--tophub-dir", "{dir}/nowhere"], "TopHub folder .*nowhere.* does not exist"),
-], ids=["onnx", "target", "tophub"])
+], ids=["onnx", "target", "model", "tophub"])
 def test_cli_prints_one_clean_error(tmp_path, capsys, args, message):
     args = [a.replace("{dir}", str(tmp_path)) for a in args]
     assert cli_main(["tune", *args, "--work-dir", str(tmp_path / "db")]) == 2

@@ -9,6 +9,10 @@ class ModelImportError(TvmRlError):
     """A model could not be turned into a Relax module (bad file, unsupported operator, export failure)."""
 
 
+class UnknownModelError(TvmRlError, ValueError):
+    """A zoo model name or size that does not exist (a ValueError too, as it was before)."""
+
+
 class TargetError(TvmRlError):
     """A target string or device that tvm-rl cannot use."""
 

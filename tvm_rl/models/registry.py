@@ -6,6 +6,8 @@ from typing import Callable
 
 import torch
 
+from ..errors import UnknownModelError
+
 SIZES = ("tiny", "full")
 
 Builder = Callable[[str], "tuple[torch.nn.Module, tuple[torch.Tensor, ...]]"]
@@ -37,11 +39,11 @@ def register(name: str, family: str, description: str) -> Callable[[Builder], Bu
 
 
 def spec(name: str) -> ModelSpec:
-    """The zoo entry called `name`, or a ValueError listing the known names."""
+    """The zoo entry called `name`, or an UnknownModelError (a ValueError) listing the known names."""
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown zoo model {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+        raise UnknownModelError(f"unknown zoo model {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
 
 
 def names(family: str | None = None) -> list[str]:
@@ -52,5 +54,5 @@ def names(family: str | None = None) -> list[str]:
 def pick(configs: dict, size: str):
     """The configuration for `size`, with an error naming the sizes that exist."""
     if size not in configs:
-        raise ValueError(f"unknown size {size!r}; choose one of {', '.join(configs)}")
+        raise UnknownModelError(f"unknown size {size!r}; choose one of {', '.join(configs)}")
     return configs[size]
