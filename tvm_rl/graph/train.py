@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
@@ -355,8 +356,17 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> None:
             ap.add_argument(flag, type=type(value), default=value, help=f"default: {value}")
     args = vars(ap.parse_args(argv))
     args["models"] = tuple(args["models"])
-    train(TrainConfig(**args))
+    try:
+        train(TrainConfig(**args))
+    except KeyboardInterrupt:
+        ckpt = Path(args["work_dir"]) / "checkpoint.pt"
+        raise KeyboardInterrupt(f"training interrupted; {ckpt} holds every finished iteration: rerun the same "
+                                "command to resume") from None
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as err:
+        print(f"\n{err}", file=sys.stderr)
+        sys.exit(130)
