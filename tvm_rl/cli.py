@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("tune", help="tune TopHub tasks or a model's kernels (see `tvm-rl tune --help`)", add_help=False)
     sub.add_parser("bench-tuner", help="compare search strategies on TopHub tasks (`tvm-rl bench-tuner --help`)",
                    add_help=False)
+    sub.add_parser("optimize", help="graph pass + kernel tuning + build + check, end to end "
+                   "(see `tvm-rl optimize --help`)", add_help=False)
     sub.add_parser("rewrite", help="rewrite a model's graph with the RL pass (see `tvm-rl rewrite --help`)",
                    add_help=False)
     sub.add_parser("train", help="train the graph rewrite policy with PPO (see `tvm-rl train --help`)",
@@ -35,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(command: str, rest: list[str]) -> int:
+    if command == "optimize":
+        from .flow_command import main as optimize_main
+
+        return optimize_main(rest)
     if command == "rewrite":
         from .graph.command import main as rewrite_main
 

@@ -180,6 +180,8 @@ class PPOAgent:
         static = knob_tokens(space)
         vecs, scores = np.array(starts, dtype=np.int64), np.array(start_scores, dtype=float)
         seen: dict[tuple, float] = {tuple(v): s for v, s in zip(vecs, scores) if not np.isnan(s)}
+        if vecs.shape[1] == 0:  # a kernel with no sampling decisions has one schedule: nothing to walk
+            return WalkResult(seen, 0, 0, 0)
         trajectory = []  # (tokens, glob, actions, logp, value, reward) per step
         evaluations = invalid = steps = 0
         while steps < cfg.max_steps and evaluations < budget:

@@ -1,0 +1,155 @@
+"""`tvm_rl.optimize` (defined here, exported by the package): the whole flow in one call.
+
+model (torch module + example inputs, ONNX file, or Relax IRModule) -> Relax -> RLRewritePass -> kernels tuned
+with PPOSearch into one database -> build -> outputs checked against the source model -> a runnable,
+exportable module and a report of every stage's latency and time.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+import tvm
+
+from . import measure, models
+from .errors import MismatchError, TvmRlError
+
+
+@dataclass
+class OptimizeReport:
+    """Latencies (median ms) of the default build of the input and of the result, and seconds per stage."""
+
+    model: str
+    target: str
+    default_ms: float = 0.0
+    optimized_ms: float = 0.0
+    graph_rewrites: list[str] = field(default_factory=list)
+    graph_reason: str = ""
+    kernels_tuned: int = 0
+    trials_measured: int = 0
+    max_abs_err: float = 0.0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float:
+        return self.default_ms / self.optimized_ms if self.optimized_ms else 1.0
+
+    def summary(self) -> str:
+        stages = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
+        return (f"{self.model} on {self.target}: {self.default_ms:.3f} ms (TVM default build) -> "
+                f"{self.optimized_ms:.3f} ms optimized ({self.speedup:.2f}x); {len(self.graph_rewrites)} graph "
+                f"rewrites, {self.kernels_tuned} kernels tuned with {self.trials_measured} measurements; "
+                f"outputs match the source model (max abs err {self.max_abs_err:.2g}); {stages}")
+
+
+@dataclass
+class Optimized:
+    """The optimized module (`mod`), its executable and database, the inputs it was checked on, the report."""
+
+    mod: tvm.IRModule
+    executable: object
+    target: tvm.target.Target
+    database: object
+    inputs: list[np.ndarray]
+    report: OptimizeReport
+
+    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        runner = measure.Runner(self.executable, self.target)
+        return runner(list(inputs) if inputs else self.inputs)
+
+    def export(self, path: str | Path) -> Path:
+        """Write the compiled library (`.so`; load with `tvm.runtime.load_module` + `relax.VirtualMachine`)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.executable.export_library(str(path))
+        return path
+
+
+def _as_model(model, example_inputs, shapes, name) -> models.Model:
+    if isinstance(model, models.Model):
+        return model
+    if isinstance(model, (str, Path)):
+        path = Path(model)
+        if path.suffix == ".onnx" or path.exists():
+            return models.from_onnx(path, shapes=shapes, name=name)
+        return models.load(str(model), "tiny")  # a zoo name
+    if isinstance(model, tvm.IRModule):
+        from .graph.verify import random_inputs
+
+        inputs = list(example_inputs) if example_inputs is not None else random_inputs(model)
+        return models.Model(name or "module", model, inputs, reference=None, source="relax")
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        if example_inputs is None:
+            raise TvmRlError("optimize(torch_module) needs example_inputs: a tuple of tensors with the input shapes")
+        return models.from_torch(model, tuple(example_inputs), name=name or type(model).__name__)
+    raise TvmRlError(f"optimize() takes a torch.nn.Module, an .onnx path, a zoo model name or a Relax IRModule, "
+                     f"not {type(model).__name__}")
+
+
+def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Sequence | None = None,
+             shapes: dict[str, Sequence[int]] | None = None, name: str | None = None, work_dir: str | Path = "logs",
+             rewrite: bool = True, policy=None, rewrite_steps: int = 20, rewrite_seconds: float = 60.0,
+             trials_per_kernel: int = 16, strategy: str = "ppo", seed: int = 0, repeat: int = 20,
+             rtol: float = 1e-3, atol: float = 1e-3) -> Optimized:
+    """Optimize `model` for `target`; everything it writes goes under `work_dir` (database in
+    `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). Raises MismatchError if the
+    optimized module's outputs differ from the source model's by more than rtol/atol (atol relative to the
+    largest output)."""
+    from .tune import tune_model
+
+    target = measure.parse_target(target)
+    work = Path(work_dir)
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
+    m = _as_model(model, example_inputs, shapes, name)
+    seconds["import"] = time.perf_counter() - t
+    report = OptimizeReport(m.name, str(target.kind.name))
+    expected = m.reference_outputs() if m.reference is not None else None
+
+    t = time.perf_counter()
+    default = measure.Runner(measure.build(m.mod, target), target)
+    if expected is None:  # an IRModule has no source model: its own default build is the reference
+        expected = default(m.inputs)
+    report.default_ms = default.time(m.inputs, repeat=repeat).median_ms
+    seconds["default build"] = time.perf_counter() - t
+
+    mod = m.mod
+    if rewrite:
+        from .graph.rewrite_pass import RLRewritePass
+
+        t = time.perf_counter()
+        rl = RLRewritePass(target, policy, max_steps=rewrite_steps, time_budget_s=rewrite_seconds, confirm=False,
+                           seed=seed)
+        mod = rl(mod)
+        report.graph_rewrites, report.graph_reason = rl.last_report.applied, rl.last_report.reason
+        seconds["graph pass"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    database, tuned = tune_model(mod, target, work / "tuning" / target.kind.name, trials_per_kernel=trials_per_kernel,
+                                 trials_per_iter=min(8, trials_per_kernel), strategy=strategy, seed=seed)
+    report.kernels_tuned, report.trials_measured = tuned.tasks, tuned.measured
+    seconds["tuning"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    executable = measure.build(mod, target, database)
+    runner = measure.Runner(executable, target)
+    outputs = runner(m.inputs)
+    scale = max(float(np.abs(o).max()) for o in expected if o.size) or 1.0
+    check = measure.compare(outputs, expected, rtol=rtol, atol=atol * scale)
+    report.max_abs_err = check.max_abs_err
+    if not check.ok:
+        raise MismatchError(f"{m.name}: the optimized module's output {check.worst_output} differs from the source "
+                            f"model's by {check.max_abs_err:.3g} (rtol {rtol}, atol {atol} x {scale:.3g})")
+    report.optimized_ms = runner.time(m.inputs, repeat=repeat).median_ms
+    seconds["build + check + time"] = time.perf_counter() - t
+    report.seconds = {k: round(v, 1) for k, v in seconds.items()}
+    work.mkdir(parents=True, exist_ok=True)
+    (work / f"optimize_{m.name}.json").write_text(json.dumps(asdict(report) | {"speedup": report.speedup}, indent=1))
+    return Optimized(mod, executable, target, database, m.inputs, report)

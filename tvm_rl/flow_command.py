@@ -1,0 +1,46 @@
+"""`tvm-rl optimize`: `tvm_rl.optimize` from the command line."""
+from __future__ import annotations
+
+import argparse
+
+
+def _shape(text: str) -> tuple[str, list[int]]:
+    name, _, dims = text.partition("=")
+    try:
+        return name, [int(d) for d in dims.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape wants NAME=D1,D2,... (e.g. input=1,3,224,224), got {text!r}")
+
+
+def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=(
+        "Optimize a model end to end: graph pass (RLRewritePass), kernel tuning (PPOSearch) into one database, "
+        "build, output check against the source model, timing. Example: "
+        "tvm-rl optimize --onnx model.onnx --trials 16 --export logs/model.so"))
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", help="a zoo model name, tiny size (see tvm_rl.models.names())")
+    what.add_argument("--onnx", help="an ONNX file")
+    ap.add_argument("--shape", type=_shape, action="append", default=[], metavar="NAME=D1,D2,...",
+                    help="static shape for an ONNX input with symbolic dimensions (repeatable)")
+    ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
+    ap.add_argument("--trials", type=int, default=16, help="measured trials per kernel (default 16)")
+    ap.add_argument("--strategy", default="ppo", help="search strategy: ppo (default), evolutionary, annealing, ...")
+    ap.add_argument("--no-rewrite", action="store_true", help="skip the graph pass")
+    ap.add_argument("--rewrite-steps", type=int, default=20, help="graph pass: rewrites at most (default 20)")
+    ap.add_argument("--rewrite-seconds", type=float, default=60.0, help="graph pass: seconds at most (default 60)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--work-dir", default="logs", help="database, report (default logs/)")
+    ap.add_argument("--export", default=None, metavar="FILE.so", help="write the compiled library here")
+    args = ap.parse_args(argv)
+
+    from .flow import optimize
+
+    model = args.onnx if args.onnx else args.model
+    out = optimize(model, args.target, shapes=dict(args.shape) or None, work_dir=args.work_dir,
+                   rewrite=not args.no_rewrite, rewrite_steps=args.rewrite_steps,
+                   rewrite_seconds=args.rewrite_seconds, trials_per_kernel=args.trials, strategy=args.strategy,
+                   seed=args.seed)
+    print(out.report.summary())
+    if args.export:
+        print(f"exported {out.export(args.export)} (tvm.runtime.load_module + relax.VirtualMachine)")
+    return 0
