@@ -17,7 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from graph_search import BUILTIN, builtin_rewrites, measure_variants, print_table  # noqa: E402
+from graph_search import (BUILTIN, builtin_rewrites, measure_variants, open_database_arg,  # noqa: E402
+                          print_table)
 
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.graph import cost, search  # noqa: E402
@@ -60,10 +61,7 @@ def main() -> None:
     ap.add_argument("--force", action="store_true", help="re-run models already in the JSON")
     args = ap.parse_args()
     target = measure.parse_target(args.target)
-    database = None
-    if args.database:
-        from tvm_rl.tune import open_database
-        database = open_database(args.database)
+    database = open_database_arg(args.database)
     policy = GraphActorCritic.load(args.policy)
     trained = set(policy.meta.get("models", []))
     seen_models = trained if policy.meta.get("size") == args.size else set()

@@ -31,6 +31,15 @@ def builtin_rewrites(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.transform.Sequential([getattr(relax.transform, n)() for n in BUILTIN])(mod)
 
 
+def open_database_arg(work_dir: str | None):
+    """The MetaSchedule database of --database, or None (untuned kernels)."""
+    if not work_dir:
+        return None
+    from tvm_rl.tune import open_database
+
+    return open_database(work_dir)
+
+
 def measure_variants(model, variants: dict, target, database, repeat: int, fn) -> dict[str, dict]:
     """Build every variant with the same kernel schedules, check it against the first one's outputs, time it."""
     rows, reference = {}, None
@@ -79,10 +88,7 @@ def main() -> None:
     ap.add_argument("--force", action="store_true", help="re-run models already in the JSON")
     args = ap.parse_args()
     target = measure.parse_target(args.target)
-    database = None
-    if args.database:
-        from tvm_rl.tune import open_database
-        database = open_database(args.database)
+    database = open_database_arg(args.database)
     out = Path(__file__).resolve().parents[1] / "logs" / f"graph_search_{target.kind.name}_{args.size}.json"
     results = json.loads(out.read_text())["models"] if out.exists() else {}
     hardware = cost.default_hardware(target)

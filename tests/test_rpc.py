@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import tvm
-from tvm import te
 
+from kernels import matmul
 from tvm_rl.cli import main
 from tvm_rl.tune import open_database
 from tvm_rl.tune.tasks import tune_workloads
@@ -29,14 +29,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def matmul(n: int = 32) -> tvm.IRModule:
-    a = te.placeholder((n, n), name="A")
-    b = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
 def wait_for(what: str, check, seconds: float = 120.0):
@@ -153,7 +145,7 @@ def test_ppo_tuning_measures_on_the_remote_servers(tracker, tmp_path, cpu):
     before = sum(sessions(server_logs))
     runner = rpc_runner(address, KEY, timeout_sec=60)
     assert runner.pool._threadpool._max_workers == 2  # one measurement at a time per free device
-    _, report = tune_workloads([("matmul32", matmul(), 1.0)], cpu, tmp_path, trials_per_kernel=4,
+    _, report = tune_workloads([("matmul32", matmul(32), 1.0)], cpu, tmp_path, trials_per_kernel=4,
                                trials_per_iter=4, strategy="ppo", runner=runner)
     assert report.tuned == ["matmul32"] and report.measured == 4
     assert len(valid_records(tmp_path)) == 4

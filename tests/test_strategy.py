@@ -7,22 +7,14 @@ import numpy as np
 import pytest
 import tvm
 import tvm_ffi
-from tvm import te
 from tvm.s_tir import meta_schedule as ms
 
+from kernels import matmul
 from tvm_rl.tune import knobs
 from tvm_rl.tune.agent import PPOAgent, PPOConfig
 from tvm_rl.tune.annealing import SimulatedAnnealing
 from tvm_rl.tune.strategy import PPOSearch
 from tvm_rl.tune.tasks import shared_builder
-
-
-def matmul(n: int = 64) -> tvm.IRModule:
-    a = te.placeholder((n, n), name="A")
-    b = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
-    return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
 def fake_seconds(sch) -> float:
