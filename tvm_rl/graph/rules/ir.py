@@ -213,16 +213,6 @@ class Graph:
         axes = value.attrs.axes
         return np.transpose(src, None if axes is None else ints(axes))
 
-    def fresh(self, base: str) -> str:
-        """A variable name not used in the function (nor handed out before)."""
-        name, i = base, 0
-        while name in self.names:
-            i += 1
-            name = f"{base}_{i}"
-        self.names.add(name)
-        return name
-
-
 # ------------------------------------------------------------------------------------------ merge helpers
 
 
@@ -290,6 +280,16 @@ class Edit:
         self.values: dict[str, object] = {}
         self.alias: dict[str, Var] = {}
         self.drop: set[str] = set()
+        self.names: set[str] = set()  # handed out by this edit; the Graph is shared, so it stays unchanged
+
+    def fresh(self, base: str) -> str:
+        """A variable name not used in the function (nor handed out before by this edit)."""
+        name, i = base, 0
+        while name in self.g.names or name in self.names:
+            i += 1
+            name = f"{base}_{i}"
+        self.names.add(name)
+        return name
 
     def emit(self, anchor: str, expr, name: str) -> Var:
         """Bind `expr` to a new variable placed right before binding `anchor`; returns that variable.
@@ -297,7 +297,7 @@ class Edit:
         `expr` should read only variables defined before `anchor` (or emitted earlier) and constants.
         """
         ty = relax.BlockBuilder().normalize(expr).ty
-        var = relax.DataflowVar(self.g.fresh(name), ty)
+        var = relax.DataflowVar(self.fresh(name), ty)
         self.before.setdefault(anchor, []).append((var, expr))
         return var
 
