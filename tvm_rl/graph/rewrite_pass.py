@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-import torch
 
 import tvm
 from tvm import relax
@@ -126,7 +125,6 @@ class RLRewritePass:
             return mod
         deadline = start + (self.time_budget_s if self.time_budget_s is not None else float("inf"))
         rng = np.random.default_rng(self.seed)
-        torch.manual_seed(self.seed)
         report.initial_cost = best_cost = self.cost(mod)
         best, best_path = mod, []
         for episode in range(self.episodes):
