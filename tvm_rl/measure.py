@@ -273,6 +273,11 @@ def compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], rtol: 
     return Comparison(worst_abs, worst_rel, worst_i, ok)
 
 
+def output_scale(reference: Sequence[np.ndarray]) -> float:
+    """The largest magnitude in `reference` (1.0 when it is empty or all zero): a scale for an absolute tolerance."""
+    return max((float(np.abs(r).max()) for r in reference if np.asarray(r).size), default=0.0) or 1.0
+
+
 def assert_close(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], rtol: float = 1e-4,
                  atol: float = 1e-4, what: str = "outputs") -> Comparison:
     """`compare`, raising MismatchError (naming the output and the error) when outside tolerance."""

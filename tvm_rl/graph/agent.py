@@ -97,6 +97,12 @@ class GraphActorCritic(nn.Module):
         total = torch.zeros(n).index_add_(0, owner, shifted.exp())
         return shifted - total.log()[owner], owner, values
 
+    def chosen_log_probs(self, decisions: Sequence[Decision], rows: torch.Tensor):
+        """(log-probability of row `rows[i]` in decision i, all rows' log-probabilities, owner, values)."""
+        logp, owner, values = self.distribution(decisions)
+        offsets = torch.tensor(np.cumsum([0] + [len(d) for d in decisions[:-1]]))
+        return logp[offsets + rows], logp, owner, values
+
     @torch.no_grad()
     def act(self, decision: Decision, rng: np.random.Generator | None = None, greedy: bool = False
             ) -> tuple[int, int, float, float]:

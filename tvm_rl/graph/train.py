@@ -140,10 +140,8 @@ def imitate(policy: GraphActorCritic, pairs: Sequence[tuple[Decision, int]], con
         order = rng.permutation(len(pairs))
         for start in range(0, len(order), config.minibatch):
             idx = order[start:start + config.minibatch].tolist()
-            chosen = [pairs[i][0] for i in idx]
-            logp, _, _ = policy.distribution(chosen)
-            offsets = torch.tensor(np.cumsum([0] + [len(d) for d in chosen[:-1]]))
-            loss = -logp[offsets + labels[idx]].mean()
+            logp, _, _, _ = policy.chosen_log_probs([pairs[i][0] for i in idx], labels[idx])
+            loss = -logp.mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -200,10 +198,8 @@ class Batch:
 def ppo_loss(policy: GraphActorCritic, batch: Batch, idx: torch.Tensor, config: TrainConfig
              ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped PPO objective (+ value loss - entropy bonus) on decisions `idx` of `batch`."""
-    chosen = [batch.decisions[i] for i in idx.tolist()]
-    logp_all, owner, values = policy.distribution(chosen)
-    offsets = torch.tensor(np.cumsum([0] + [len(d) for d in chosen[:-1]]))
-    logp = logp_all[offsets + batch.rows[idx]]
+    logp, logp_all, owner, values = policy.chosen_log_probs([batch.decisions[i] for i in idx.tolist()],
+                                                            batch.rows[idx])
     ratio = (logp - batch.old_logp[idx]).exp()
     a = batch.adv[idx]
     if len(idx) > 1:
