@@ -352,12 +352,13 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> None:
             ap.add_argument(flag, type=type(value), default=value, help=f"default: {value}")
     args = vars(ap.parse_args(argv))
     args["models"] = tuple(args["models"])
-    try:
+    from ..tune.interrupt import interruptible
+
+    ckpt = Path(args["work_dir"]) / "checkpoint.pt"
+    # Ctrl-C inside TVM code comes back as a RuntimeError; `interruptible` turns it back into an interrupt.
+    with interruptible(lambda: f"training interrupted; {ckpt} holds every finished iteration: rerun the same "
+                               "command to resume"):
         train(TrainConfig(**args))
-    except KeyboardInterrupt:
-        ckpt = Path(args["work_dir"]) / "checkpoint.pt"
-        raise KeyboardInterrupt(f"training interrupted; {ckpt} holds every finished iteration: rerun the same "
-                                "command to resume") from None
 
 
 if __name__ == "__main__":
