@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from graph_search import (BUILTIN, builtin_rewrites, measure_variants, open_database_arg,  # noqa: E402
-                          print_table)
+from graph_search import (BUILTIN, add_tuning_args, builtin_rewrites, check_tuning_args, confirmed,  # noqa: E402
+                          measure_variants, open_database_arg, print_table, tuner, variant_measure)
 
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.graph import cost, search  # noqa: E402
@@ -31,7 +31,7 @@ KEYS = ("original", "relax_builtin", "greedy", "backtracking", "rl")
 def proxy_rows(variants: dict, fn) -> dict[str, dict]:
     """Rows like measure_variants', with the proxy's cost in place of a measured latency."""
     rows = {}
-    for key, (mod, seconds, applied) in variants.items():
+    for key, (mod, seconds, applied, *_) in variants.items():
         c = None if key == "relax_builtin" else fn(mod)  # the proxy cannot read the built-ins' call_tir
         rows[key] = {"latency_ms": c, "search_cost_ms": c, "optimisation_s": round(seconds, 2),
                      "rewrites": len(applied), "applied": applied, "matches_original": True, "proxy_only": True}
@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=models.names())
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--policy", default=None, help="policy checkpoint (default: the shipped one)")
-    ap.add_argument("--database", default=None, help="MetaSchedule work dir with tuned kernels (default: none)")
+    add_tuning_args(ap)
     ap.add_argument("--budget", type=int, default=10, help="backtracking expansions")
     ap.add_argument("--alpha", type=float, default=1.05)
     ap.add_argument("--cap", type=int, default=64, help="candidates per step (searches and the policy)")
@@ -60,6 +60,7 @@ def main() -> None:
                     "for full-size models on CPU, whose untuned builds take minutes per run)")
     ap.add_argument("--force", action="store_true", help="re-run models already in the JSON")
     args = ap.parse_args()
+    check_tuning_args(ap, args)
     target = measure.parse_target(args.target)
     database = open_database_arg(args.database)
     policy = GraphActorCritic.load(args.policy)
@@ -78,17 +79,20 @@ def main() -> None:
         variants = {"original": (model.mod, 0.0, [])}
         start = time.perf_counter()
         variants["relax_builtin"] = (builtin_rewrites(model.mod), time.perf_counter() - start, list(BUILTIN))
+        guard = not (args.no_measure or args.no_confirm)
+        measure_fn = None if args.no_measure else variant_measure(model, target, args)
         r = search.greedy(model.mod, fn, cap=args.cap, max_steps=args.greedy_steps)
-        variants["greedy"] = (r.mod, r.seconds, r.applied)
+        variants["greedy"] = confirmed(r, model.mod, measure_fn, guard)
         r = search.backtracking(model.mod, fn, alpha=args.alpha, budget=args.budget, cap=args.cap)
-        variants["backtracking"] = (r.mod, r.seconds, r.applied)
+        variants["backtracking"] = confirmed(r, model.mod, measure_fn, guard)
         rl = RLRewritePass(target, policy, max_steps=args.steps, episodes=args.episodes, cap=args.cap,
-                           time_budget_s=args.time_budget, database=database, cost=fn, confirm=not args.no_measure)
+                           time_budget_s=args.time_budget, database=database, cost=fn, confirm=guard,
+                           measure_fn=measure_fn)
         rewritten = rl(model.mod)
         report = rl.last_report
         variants["rl"] = (rewritten, report.seconds, report.applied)
         rows = (proxy_rows(variants, fn) if args.no_measure
-                else measure_variants(model, variants, target, database, args.repeat, fn))
+                else measure_variants(model, variants, target, database, args.repeat, fn, tuner(target, args)))
         rows["rl"].update(confirm_s=round(report.confirm_seconds, 2), steps=report.steps, kept=report.kept,
                           reason=report.reason)
         rows["seen_in_training"] = name in seen_models
@@ -98,7 +102,8 @@ def main() -> None:
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({"target": str(target), "size": args.size, "search_cost": "roofline",
                                    "measured": not args.no_measure, "greedy_steps": args.greedy_steps,
-                                   "database": cost.database_tag(database), "policy": args.policy or "shipped",
+                                   "database": cost.database_tag(database), "tune_trials": args.tune_trials,
+                                   "confirmed": not (args.no_measure or args.no_confirm), "policy": args.policy or "shipped",
                                    "policy_meta": policy.meta, "budget": args.budget, "alpha": args.alpha,
                                    "cap": args.cap, "steps": args.steps, "episodes": args.episodes,
                                    "time_budget_s": args.time_budget, "repeat": args.repeat, "models": results},

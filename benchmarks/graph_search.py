@@ -1,11 +1,15 @@
 """Graph search benchmark: original, TVM's built-in Relax rewrites, greedy and backtracking, per zoo model.
 
-`python benchmarks/graph_search.py [--size tiny|full] [--models ...] [--cost roofline|kernels] [--database DIR]`
+`python benchmarks/graph_search.py [--size tiny|full] [--models ...] [--cost roofline|kernels] [--database DIR]
+[--tune-trials N]`
 Each variant is built with the same kernel schedules (untuned, or the given MetaSchedule work dir's), checked
-against the original's outputs and timed end to end (median). Resumable: models already in
-logs/graph_search_<target>_<size>.json are skipped unless --force; the file is rewritten after every model.
-Quick by default (tiny models, roofline cost, 10 backtracking expansions). On CPU, untuned kernels are naive
-loops (DESIGN.md): untuned speedups are not what a user of tuned builds gets.
+against the original's outputs and timed end to end (median). With --tune-trials every variant's kernels are
+first tuned to N trials each into that work dir (kernels already there are skipped), so kernels that only a
+rewrite creates get the same tuning as the original's. Greedy's and backtracking's graphs are confirmed by the
+same measurement and replaced by the original if no faster (--no-confirm shows the searches' raw picks).
+Resumable: models already in logs/graph_search_<target>_<size>.json are skipped unless --force; the file is
+rewritten after every model. Quick by default (tiny models, roofline cost, 10 backtracking expansions). On CPU,
+untuned kernels are naive loops (DESIGN.md): untuned speedups are not what a user of tuned builds gets.
 """
 import argparse
 import json
@@ -40,10 +44,54 @@ def open_database_arg(work_dir: str | None):
     return open_database(work_dir)
 
 
-def measure_variants(model, variants: dict, target, database, repeat: int, fn) -> dict[str, dict]:
-    """Build every variant with the same kernel schedules, check it against the first one's outputs, time it."""
+def add_tuning_args(ap: argparse.ArgumentParser) -> None:
+    """--database, --tune-trials and --no-confirm, shared by the graph benchmarks."""
+    ap.add_argument("--database", default=None, help="MetaSchedule work dir with tuned kernels (default: none)")
+    ap.add_argument("--tune-trials", type=int, default=0,
+                    help="tune every variant's kernels to this many trials each into --database first (default 0)")
+    ap.add_argument("--no-confirm", action="store_true",
+                    help="keep the searches' graphs even when they measure slower than the original")
+
+
+def check_tuning_args(ap: argparse.ArgumentParser, args) -> None:
+    if args.tune_trials and not args.database:
+        ap.error("--tune-trials needs --database WORK_DIR, the work dir the new kernels are tuned into")
+
+
+def variant_measure(model, target, args):
+    """IRModule -> measured ms, as the table measures it (tuning the graph's kernels first with --tune-trials)."""
+    if args.tune_trials:
+        return cost.tuned_end_to_end_cost(target, model.inputs, args.database, args.tune_trials, repeat=args.repeat)
+    return cost.end_to_end_cost(target, model.inputs, open_database_arg(args.database), repeat=args.repeat)
+
+
+def tuner(target, args):
+    """With --tune-trials: mod -> the database after tuning mod's kernels into --database. Else None."""
+    if not args.tune_trials:
+        return None
+    from tvm_rl.tune import tune_model
+
+    return lambda mod: tune_model(mod, target, args.database, trials_per_kernel=args.tune_trials)[0]
+
+
+def confirmed(r: search.SearchResult, original: tvm.IRModule, measure_fn, enabled: bool) -> tuple:
+    """(graph, search seconds, rewrites, guard note) of a search result, after the measured guard if enabled."""
+    if enabled:
+        r = search.confirm(r, original, measure_fn)
+    note = None if r.measured_ms is None else {"measured_before_ms": r.measured_ms[0],
+                                                "measured_after_ms": r.measured_ms[1], "kept": r.kept}
+    return r.mod, r.seconds, r.applied, note
+
+
+def measure_variants(model, variants: dict, target, database, repeat: int, fn,
+                     tune=None) -> dict[str, dict]:
+    """Build every variant with the same kernel schedules, check it against the first one's outputs, time it.
+
+    `tune(mod) -> database`, when given, tunes a variant's kernels first and returns the database to build with."""
     rows, reference = {}, None
-    for key, (mod, seconds, applied) in variants.items():
+    for key, (mod, seconds, applied, *guard) in variants.items():
+        if tune is not None:
+            database = tune(mod)
         runner = measure.Runner(measure.build(mod, target, database), target)
         outputs = runner(model.inputs)
         if reference is None:
@@ -56,6 +104,8 @@ def measure_variants(model, variants: dict, target, database, repeat: int, fn) -
                      "search_cost_ms": None if key == "relax_builtin" else fn(mod),
                      "optimisation_s": round(seconds, 2), "rewrites": len(applied), "applied": applied,
                      "matches_original": check.ok, "max_abs_err": check.max_abs_err}
+        if guard and guard[0]:
+            rows[key]["guard"] = guard[0]
     first = next(iter(rows.values()))["latency_ms"]
     for row in rows.values():
         row["speedup"] = first / row["latency_ms"]
@@ -80,13 +130,14 @@ def main() -> None:
     ap.add_argument("--target", default="llvm")
     ap.add_argument("--cost", default="roofline", choices=("roofline", "kernels"),
                     help="what the searches minimise: the Relax roofline proxy or the cached per-kernel sum")
-    ap.add_argument("--database", default=None, help="MetaSchedule work dir with tuned kernels (default: none)")
+    add_tuning_args(ap)
     ap.add_argument("--budget", type=int, default=10, help="backtracking expansions")
     ap.add_argument("--alpha", type=float, default=1.05)
     ap.add_argument("--cap", type=int, default=64, help="candidates per expansion")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--force", action="store_true", help="re-run models already in the JSON")
     args = ap.parse_args()
+    check_tuning_args(ap, args)
     target = measure.parse_target(args.target)
     database = open_database_arg(args.database)
     out = Path(__file__).resolve().parents[1] / "logs" / f"graph_search_{target.kind.name}_{args.size}.json"
@@ -102,17 +153,19 @@ def main() -> None:
         variants, rows = {"original": (model.mod, 0.0, [])}, {}
         start = time.perf_counter()
         variants["relax_builtin"] = (builtin_rewrites(model.mod), time.perf_counter() - start, list(BUILTIN))
+        measure_fn = variant_measure(model, target, args)
         r = search.greedy(model.mod, fn, cap=args.cap)
-        variants["greedy"] = (r.mod, r.seconds, r.applied)
+        variants["greedy"] = confirmed(r, model.mod, measure_fn, not args.no_confirm)
         r = search.backtracking(model.mod, fn, alpha=args.alpha, budget=args.budget, cap=args.cap)
-        variants["backtracking"] = (r.mod, r.seconds, r.applied)
-        rows = measure_variants(model, variants, target, database, args.repeat, fn)
+        variants["backtracking"] = confirmed(r, model.mod, measure_fn, not args.no_confirm)
+        rows = measure_variants(model, variants, target, database, args.repeat, fn, tuner(target, args))
         results[name] = rows
         print(f"{name}: " + ", ".join(f"{k} {v['latency_ms']:.3f} ms ({v['speedup']:.2f}x)" for k, v in rows.items()),
               flush=True)
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({"target": str(target), "size": args.size, "search_cost": args.cost,
-                                   "database": cost.database_tag(database), "budget": args.budget,
+                                   "database": cost.database_tag(database), "tune_trials": args.tune_trials,
+                                   "confirmed": not args.no_confirm, "budget": args.budget,
                                    "alpha": args.alpha, "cap": args.cap, "repeat": args.repeat,
                                    "models": results}, indent=1))
     print_table(results, ("original", "relax_builtin", "greedy", "backtracking"))

@@ -7,7 +7,7 @@ from tvm_rl.graph.fingerprint import module_key
 from tvm import relax
 
 from tvm_rl.graph import testing as T
-from tvm_rl.graph.candidates import enumerate_candidates
+from tvm_rl.graph.candidates import enumerate_candidates, interleave
 from tvm_rl.graph.rules import Rule, RuleError, all_rules, get_rule
 
 R = relax.op
@@ -74,17 +74,22 @@ def test_cap_keeps_the_first_and_counts_what_was_cut():
         enumerate_candidates(mod, cap=-1)
 
 
-def test_order_is_rules_then_program_order_and_repeatable():
+def test_order_interleaves_rules_keeps_program_order_and_repeats():
     mod = T.dedup_graph()  # dedup twice, identity_shape_op once (permute_dims(y, [0, 1]))
     a = enumerate_candidates(mod)
     b = enumerate_candidates(mod)
     assert [(c.rule.name, c.match) for c in a] == [(c.rule.name, c.match) for c in b]
     order = [r.name for r in all_rules()]
-    ranks = [order.index(c.rule.name) for c in a]
-    assert ranks == sorted(ranks) and {c.rule.name for c in a} == {"dedup", "identity_shape_op"}
+    round_one = sorted(["dedup", "identity_shape_op"], key=order.index)  # each rule's first match, in rule order
+    assert [c.rule.name for c in a] == round_one + ["dedup"]
     rev = enumerate_candidates(mod, list(reversed(all_rules())))
-    assert [c.rule.name for c in rev] == ["dedup", "dedup", "identity_shape_op"]
+    assert [c.rule.name for c in rev] == round_one[::-1] + ["dedup"]
     assert [c.match.names for c in a if c.rule.name == "dedup"] == [("lv", "lv1"), ("lv3", "lv4")]
+
+
+def test_interleave_is_round_robin():
+    assert interleave([[1, 2, 3], [], ["a"], [4, 5]]) == [1, "a", 4, 2, 5, 3]
+    assert interleave([]) == []
 
 
 def test_candidates_are_well_formed_distinct_and_add_up():

@@ -560,6 +560,24 @@ def end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.ndarray
     return Memo(lambda mod: end_to_end_ms(mod, target, inputs, database, repeat).median_ms)
 
 
+def tuned_end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.ndarray], work_dir: str | Path,
+                          trials_per_kernel: int = 16, repeat: int = 10, **tune_options) -> CostFn:
+    """The measured end-to-end median after tuning the graph's kernels into `work_dir`, memoised.
+
+    Rewrites create kernels the database has never seen (a merged matmul, a conv with its batch norm folded
+    in); built untuned they are naive loops on CPU, so timing them untuned would condemn every such rewrite.
+    Each graph's kernels are tuned first to the same `trials_per_kernel` (`tune.tune_model`: kernels already
+    in the database are skipped, so graphs sharing kernels tune them once), then the graph is timed.
+    """
+    from ..tune import tune_model
+
+    def measure_tuned(mod: tvm.IRModule) -> float:
+        database, _ = tune_model(mod, target, work_dir, trials_per_kernel=trials_per_kernel, **tune_options)
+        return end_to_end_ms(mod, target, inputs, database, repeat).median_ms
+
+    return Memo(measure_tuned)
+
+
 # ------------------------------------------------------------------------------------------ comparison
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -24,7 +24,11 @@ from .rules import Rule, all_rules
 
 @dataclass
 class SearchResult:
-    """The best graph found, its cost and the input's, the rewrites that lead to it, and the effort spent."""
+    """The best graph found, its cost and the input's, the rewrites that lead to it, and the effort spent.
+
+    After `confirm`: `measured_ms` holds (input, result) end-to-end times, and `kept` is False when the
+    search's graph measured no faster, in which case `mod` is the input again and `applied` is empty.
+    """
 
     mod: tvm.IRModule = field(repr=False)
     cost: float
@@ -33,6 +37,8 @@ class SearchResult:
     expansions: int
     evaluations: int
     seconds: float
+    measured_ms: tuple[float, float] | None = None
+    kept: bool = True
 
     @property
     def speedup(self) -> float:
@@ -137,3 +143,19 @@ def random_rollouts(mod: tvm.IRModule, cost: CostFn, rollouts: int = 8, horizon:
             if c < best[0]:
                 best = (c, graph, path)
     return SearchResult(best[1], best[0], initial, best[2], expansions, evaluations, time.perf_counter() - start)
+
+
+def confirm(result: SearchResult, original: tvm.IRModule, measure_fn: CostFn) -> SearchResult:
+    """Keep a search's graph only if it measures faster than `original` (`measure_fn`: IRModule -> ms).
+
+    A cost model can prefer a graph that runs slower (a proxy's misjudgement, a kernel that tunes badly);
+    this guard makes the search never slower than its input by measurement, as `RLRewritePass(confirm=True)`
+    is. The result is returned unchanged when it is the input already.
+    """
+    if not result.applied:
+        return result
+    before, after = float(measure_fn(original)), float(measure_fn(result.mod))
+    if after < before:
+        return replace(result, measured_ms=(before, after))
+    return replace(result, mod=original, cost=result.initial_cost, applied=[], measured_ms=(before, after),
+                   kept=False)
