@@ -90,8 +90,10 @@ def chains(name, mod):
         assert op_count(pools, "relax.zeros_like") == 0 and op_count(pools, "relax.nn.avg_pool2d") == 0
         out["pools"] = pools
     if name == "squeezenet1_1":
-        fire = apply_each(mod, ["enlarge_conv_kernel", "merge_parallel_conv2d", "activation_out_of_concat",
-                                "split_concat_cancel"])
+        split = apply_each(mod, ["enlarge_conv_kernel", "merge_parallel_conv2d", "activation_out_of_concat"])
+        # The merged conv's split feeds the concat whole: split_concat_cancel's only place in the zoo.
+        assert len(get_rule("split_concat_cancel").matches(split)) == op_count(mod, "relax.concat")
+        fire = apply_each(split, ["split_concat_cancel"])
         # Each fire module's expand1x1 + expand3x3 + two relus + concat became one conv + relu.
         assert op_count(fire, "relax.concat") == 0
         assert op_count(fire, "relax.nn.conv2d") == op_count(mod, "relax.nn.conv2d") - op_count(mod, "relax.concat")
