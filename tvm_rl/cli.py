@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)
     sub.add_parser("train", help="train the graph rewrite policy with PPO (see `tvm-rl train --help`)",
                    add_help=False)
+    sub.add_parser("report", help="summarise a work dir's reports, databases, training runs and benchmarks "
+                   "(see `tvm-rl report --help`)", add_help=False)
     args, rest = ap.parse_known_args(argv)
     try:
         return _run(args.command, rest)
@@ -41,6 +43,10 @@ def _run(command: str, rest: list[str]) -> int:
         from .flow_command import main as optimize_main
 
         return optimize_main(rest)
+    if command == "report":
+        from .report import main as report_main
+
+        return report_main(rest)
     if command == "rewrite":
         from .graph.command import main as rewrite_main
 
