@@ -20,19 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tvm  # noqa: E402
-from tvm import relax  # noqa: E402
 
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.graph import cost, search  # noqa: E402
 
-BUILTIN = ("CombineParallelMatmul", "FoldBatchnormToConv2D", "AdjustMatmulOrder", "ExpandMatmulOfSum",
-           "ReorderPermuteDimsAfterConcat", "FuseTransposeMatmul", "CanonicalizeBindings",
-           "EliminateCommonSubexpr", "DeadCodeElimination", "FoldConstant")
-
-
-def builtin_rewrites(mod: tvm.IRModule) -> tvm.IRModule:
-    """TVM's own graph-level Relax rewrites, in one sequence."""
-    return tvm.transform.Sequential([getattr(relax.transform, n)() for n in BUILTIN])(mod)
+BUILTIN = search.TVM_BUILTIN_PASSES
+builtin_rewrites = search.tvm_builtin
 
 
 def open_database_arg(work_dir: str | None):

@@ -1,6 +1,7 @@
 """Search baselines over graph rewrites: the peers the RL agent must beat.
 
-All three take an IRModule and a cost function (IRModule -> ms, e.g. `cost.roofline_cost(hw)` or a
+`tvm_builtin` is TVM's own graph-level Relax rewrites in one sequence (what a user gets without us). The
+three searches take an IRModule and a cost function (IRModule -> ms, e.g. `cost.roofline_cost(hw)` or a
 `cost.KernelCostCache`) and return a `SearchResult` whose graph is never costlier than the input by that
 function: plain greedy descent, TASO's cost-based backtracking, and random rollouts.
 """
@@ -47,6 +48,18 @@ class SearchResult:
     def summary(self) -> str:
         return (f"{self.initial_cost:.4g} -> {self.cost:.4g} ms ({self.speedup:.3f}x) with {len(self.applied)} "
                 f"rewrites; {self.expansions} expansions, {self.evaluations} graphs costed, {self.seconds:.1f} s")
+
+
+TVM_BUILTIN_PASSES = ("CombineParallelMatmul", "FoldBatchnormToConv2D", "AdjustMatmulOrder", "ExpandMatmulOfSum",
+                      "ReorderPermuteDimsAfterConcat", "FuseTransposeMatmul", "CanonicalizeBindings",
+                      "EliminateCommonSubexpr", "DeadCodeElimination", "FoldConstant")
+
+
+def tvm_builtin(mod: tvm.IRModule) -> tvm.IRModule:
+    """TVM's built-in graph-level Relax rewrites (`TVM_BUILTIN_PASSES`), in one sequence."""
+    from tvm import relax
+
+    return tvm.transform.Sequential([getattr(relax.transform, n)() for n in TVM_BUILTIN_PASSES])(mod)
 
 
 def _setup(cost: CostFn, rules: Sequence[Rule] | None):

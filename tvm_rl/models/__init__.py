@@ -9,7 +9,7 @@ import torch
 
 from . import transformers, vision  # noqa: F401  (registers the zoo)
 from .importer import Model, export_onnx, from_onnx, from_torch
-from .registry import SIZES, names, spec
+from .registry import SIZES, names, register, spec
 
 
 def load(name: str, size: str = "tiny", seed: int = 0) -> Model:
@@ -20,4 +20,4 @@ def load(name: str, size: str = "tiny", seed: int = 0) -> Model:
     return from_torch(module, example_inputs, name=f"{name}-{size}")
 
 
-__all__ = ["Model", "SIZES", "export_onnx", "from_onnx", "from_torch", "load", "names", "spec"]
+__all__ = ["Model", "SIZES", "export_onnx", "from_onnx", "from_torch", "load", "names", "register", "spec"]

@@ -1,7 +1,7 @@
 """Operator level: kernels as tuning tasks, knob-space search strategies (PPOSearch, SimulatedAnnealing) and
 tuning into a MetaSchedule database. The strategies import torch and scikit-learn, so they load on first use."""
 from .rpc import RPCError, rpc_runner
-from .tasks import TuneReport, extract_tasks, make_strategy, open_database, tune_model
+from .tasks import TuneReport, extract_tasks, make_strategy, open_database, tune_model, tune_workloads
 
 _LAZY = {"PPOSearch": ".strategy", "KnobSearch": ".strategy", "SimulatedAnnealing": ".annealing",
          "PPOAgent": ".agent", "PPOConfig": ".agent"}
@@ -16,4 +16,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["KnobSearch", "PPOAgent", "PPOConfig", "PPOSearch", "RPCError", "SimulatedAnnealing", "TuneReport",
-           "extract_tasks", "make_strategy", "open_database", "rpc_runner", "tune_model"]
+           "extract_tasks", "make_strategy", "open_database", "rpc_runner", "tune_model", "tune_workloads"]

@@ -164,6 +164,42 @@ def format_table(rows: list[dict], trials: int) -> str:
     return "\n".join(lines)
 
 
+def reach_fractions(runs: list[dict], trials: int) -> dict[str, list[float]]:
+    """Measurements-to-target curves: per strategy, after each trial count t = 1..`trials`, the fraction of its
+    (task, seed) runs whose best so far is already at or below evolutionary search's best after all `trials`."""
+    by = {(r["task"], r["strategy"], r["seed"]): r for r in runs}
+    out = {}
+    for name in sorted({r["strategy"] for r in runs}):
+        pairs = []
+        for (task, strategy, seed), mine in by.items():
+            base = by.get((task, BASELINE, seed))
+            if strategy == name and base and base["curve"] and mine["curve"]:
+                pairs.append((mine["curve"], base["curve"][min(trials, len(base["curve"])) - 1]))
+        if pairs:
+            out[name] = [sum(c[min(t, len(c)) - 1] <= goal * (1 + 1e-9) for c, goal in pairs) / len(pairs)
+                         for t in range(1, trials + 1)]
+    return out
+
+
+def plot_reach(runs: list[dict], trials: int, path: Path) -> None:
+    """The measurements-to-target curves of `reach_fractions`, one line per strategy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for name, frac in reach_fractions(runs, trials).items():
+        ax.step(np.arange(1, trials + 1), frac, where="post", label=name, lw=2 if name.startswith("ppo") else 1)
+    ax.set_xlabel("measured trials")
+    ax.set_ylabel(f"runs at evolutionary's best@{trials}")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot(runs: list[dict], path: Path) -> None:
     """Best latency vs trials, median over seeds, one panel per task."""
     import matplotlib
@@ -196,7 +232,7 @@ def plot(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def _project_tophub() -> str | None:
+def project_tophub() -> str | None:
     """The project's shared TopHub logs (../shared/tophub beside the checkout), when the environment names none."""
     import os
 
@@ -233,7 +269,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     preload_tensor_intrinsics()
 
     wanted = args.tasks or TASKS
-    all_tasks = {t.name: t for t in load_tasks(tophub_dir(args.tophub_dir or _project_tophub()))}
+    all_tasks = {t.name: t for t in load_tasks(tophub_dir(args.tophub_dir or project_tophub()))}
     missing = [n for n in wanted if n not in all_tasks]
     if missing:
         raise SystemExit(f"unknown TopHub task(s) {missing}; names look like {next(iter(all_tasks))}")
@@ -271,4 +307,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     return 0
 
 
-__all__ = ["TASKS", "main", "read_curve", "summarise", "trials_to_reach"]
+__all__ = ["TASKS", "main", "plot_reach", "project_tophub", "reach_fractions", "read_curve", "summarise", "trials_to_reach"]
