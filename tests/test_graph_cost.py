@@ -112,3 +112,16 @@ def test_memo_costs_each_distinct_graph_once():
     a, b = chain(), chain()
     fn(a), fn(b), fn(a)
     assert len(calls) == 1  # b is structurally equal to a
+
+
+def test_memo_is_bounded_and_keeps_recent_graphs():
+    calls = []
+    fn = cost.Memo(lambda m: calls.append(1) or 1.0, max_graphs=2)
+    graphs = [T.merge_matmul_graph(), T.bn_graph(), T.attention_graph()]
+    for g in graphs:
+        fn(g)
+    assert len(calls) == 3 and sum(len(v) for v in fn.values.values()) == 2
+    fn(graphs[2])
+    assert len(calls) == 3  # recent: still remembered
+    fn(graphs[0])
+    assert len(calls) == 4  # the oldest was dropped

@@ -526,21 +526,33 @@ def end_to_end_ms(mod: tvm.IRModule, target: tvm.target.Target | str, inputs: Se
 
 
 class Memo:
-    """A cost function memoised by graph key (search and the environment revisit graphs)."""
+    """A cost function memoised by graph key (search and the environment revisit graphs).
 
-    def __init__(self, fn: CostFn):
+    It keeps the last `max_graphs` graphs it costed (least recently used dropped first): the memo holds each
+    graph to confirm a key match by structural equality, and on full-size models every candidate carries its
+    own folded weights, so an unbounded memo grew past 15 GB over one greedy search on BERT-base."""
+
+    def __init__(self, fn: CostFn, max_graphs: int = 512):
         self.fn = fn
-        self.values: dict[int, list[tuple[tvm.IRModule, float]]] = {}
+        self.max_graphs = max_graphs
+        self.values: OrderedDict[int, list[tuple[tvm.IRModule, float]]] = OrderedDict()
         self.calls = 0
+        self._size = 0
 
     def __call__(self, mod: tvm.IRModule) -> float:
         key = module_key(mod)
         for seen, value in self.values.get(key, ()):
             if same_graph(seen, mod):
+                self.values.move_to_end(key)
                 return value
         self.calls += 1
         value = float(self.fn(mod))
         self.values.setdefault(key, []).append((mod, value))
+        self.values.move_to_end(key)
+        self._size += 1
+        while self._size > self.max_graphs:
+            _, dropped = self.values.popitem(last=False)
+            self._size -= len(dropped)
         return value
 
 
