@@ -16,6 +16,9 @@ def test_optimize_a_relax_module_end_to_end(tmp_path, cpu):
     assert r.default_ms > 0 and r.optimized_ms > 0 and r.kernels_tuned >= 1 and r.trials_measured >= 1
     assert {"import", "default build", "graph pass", "tuning"} <= set(r.seconds)
     assert (tmp_path / f"optimize_{r.model}.json").exists()
+    # Never slower than the default build: a tuned build that lost is replaced by the default one.
+    assert r.optimized_ms <= r.default_ms and r.kept_default == (r.tuned_ms > r.default_ms)
+    assert (out.mod is mod) if r.kept_default else r.optimized_ms == r.tuned_ms
     # The exported library runs and gives the same outputs.
     lib = tvm.runtime.load_module(str(out.export(tmp_path / "model.so")))
     vm = relax.VirtualMachine(lib, tvm.cpu())

@@ -34,6 +34,8 @@ class OptimizeReport:
     trials_measured: int = 0
     max_abs_err: float = 0.0
     seconds: dict[str, float] = field(default_factory=dict)
+    tuned_ms: float = 0.0  # the rewritten, tuned build's latency, even when it lost to the default build
+    kept_default: bool = False  # True when the tuned build measured slower, so the default build was returned
 
     @property
     def speedup(self) -> float:
@@ -44,7 +46,10 @@ class OptimizeReport:
         return (f"{self.model} on {self.target}: {self.default_ms:.3f} ms (TVM default build) -> "
                 f"{self.optimized_ms:.3f} ms optimized ({self.speedup:.2f}x); {len(self.graph_rewrites)} graph "
                 f"rewrites, {self.kernels_tuned} kernels tuned with {self.trials_measured} measurements; "
-                f"outputs match the source model (max abs err {self.max_abs_err:.2g}); {stages}")
+                f"outputs match the source model (max abs err {self.max_abs_err:.2g}); {stages}"
+                + (f". The rewritten, tuned build measured {self.tuned_ms:.3f} ms, slower than the default build, so "
+                   "the default build is returned (more --trials per kernel usually fixes this)"
+                   if self.kept_default else ""))
 
 
 @dataclass
@@ -114,7 +119,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     expected = m.reference_outputs() if m.reference is not None else None
 
     t = time.perf_counter()
-    default = measure.Runner(measure.build(m.mod, target), target)
+    default_executable = measure.build(m.mod, target)
+    default = measure.Runner(default_executable, target)
     if expected is None:  # an IRModule has no source model: its own default build is the reference
         expected = default(m.inputs)
     report.default_ms = default.time(m.inputs, repeat=repeat).median_ms
@@ -147,7 +153,11 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     if not check.ok:
         raise MismatchError(f"{m.name}: the optimized module's output {check.worst_output} differs from the source "
                             f"model's by {check.max_abs_err:.3g} (rtol {rtol}, atol {atol} x {scale:.3g})")
-    report.optimized_ms = runner.time(m.inputs, repeat=repeat).median_ms
+    report.optimized_ms = report.tuned_ms = runner.time(m.inputs, repeat=repeat).median_ms
+    if report.tuned_ms > report.default_ms:
+        # Never hand back something slower than the input's default build (few trials on tiny kernels can lose).
+        report.kept_default, report.optimized_ms = True, report.default_ms
+        mod, executable, database = m.mod, default_executable, None
     seconds["build + check + time"] = time.perf_counter() - t
     report.seconds = {k: round(v, 1) for k, v in seconds.items()}
     work.mkdir(parents=True, exist_ok=True)
