@@ -2,11 +2,13 @@
 import json
 
 import pytest
+import tvm
+from tvm import te
 
 from tvm_rl import measure, models
-from tvm_rl.tune import extract_tasks, open_database, tune_model
+from tvm_rl.tune import extract_tasks, open_database, tune_model, tune_workloads
 from tvm_rl.tune.exhaustion import StopWhenExhausted
-from tvm_rl.tune.tasks import records_per_workload
+from tvm_rl.tune.tasks import read_exhausted, records_per_workload
 
 
 class FakeStrategy:
@@ -61,3 +63,17 @@ def test_tune_build_and_resume(cpu, tmp_path, capsys):
     # A second run with the same budget finds the work done: nothing is measured again.
     _, again = tune_model(model.mod, cpu, tmp_path, trials_per_kernel=4, op_filter="fused_matmul_add")
     assert again.tuned == [] and again.skipped == ["fused_matmul_add"] and again.trials == 0
+
+
+@pytest.mark.slow
+def test_an_exhausted_kernel_is_not_searched_again(cpu, tmp_path):
+    """A kernel with fewer schedules than its budget is marked in exhausted.json and skipped next time."""
+    a = te.placeholder((8,), name="A")
+    b = te.compute((8,), lambda i: a[i] * 2.0, name="B")
+    workload = [("scale8", tvm.IRModule({"main": te.create_prim_func([a, b])}), 1.0)]
+    db, first = tune_workloads(workload, cpu, tmp_path, trials_per_kernel=32, trials_per_iter=8)
+    have = sum(records_per_workload(db).values())
+    assert first.tuned == ["scale8"] and 0 < have < 32
+    assert list(read_exhausted(tmp_path).values()) == [have]
+    _, again = tune_workloads(workload, cpu, tmp_path, trials_per_kernel=32, trials_per_iter=8)
+    assert again.skipped == ["scale8"] and again.tuned == [] and again.measured == 0

@@ -6,6 +6,7 @@ interrupted run resumes where it stopped (MetaSchedule appends each record as it
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
@@ -53,6 +54,25 @@ def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
 def records_per_workload(database: ms.Database) -> Counter:
     """How many tuning records the database holds for each workload (by structural hash)."""
     return Counter(tvm_ffi.structural_hash(r.workload.mod) for r in database.get_all_tuning_records())
+
+
+EXHAUSTED = "exhausted.json"  # in a work dir: workloads whose design space ran out, with their record counts
+
+
+def read_exhausted(work_dir: Path) -> dict[str, int]:
+    """{structural hash: records it had when its search ran out of new candidates} of a work dir."""
+    path = Path(work_dir) / EXHAUSTED
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        return {}  # a file cut short by a killed run: at worst those kernels are searched once more
+    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _write_exhausted(work_dir: Path, exhausted: dict[str, int]) -> None:
+    tmp = Path(work_dir) / (EXHAUSTED + ".tmp")
+    tmp.write_text(json.dumps(exhausted, indent=0))
+    tmp.replace(Path(work_dir) / EXHAUSTED)
 
 
 def default_strategy() -> ms.SearchStrategy:
@@ -180,13 +200,17 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     database = open_database(work_dir)
     report = TuneReport()
     done = records_per_workload(database)
+    exhausted = read_exhausted(work_dir)
     todo, budgets = [], []
     for name, mod, weight in workloads:
         report.tasks += 1
         if op_filter and op_filter not in name:
             continue
-        have = done.get(tvm_ffi.structural_hash(mod), 0)
-        if have >= trials_per_kernel:
+        key = tvm_ffi.structural_hash(mod)
+        have = done.get(key, 0)
+        # A kernel whose space ran out before its budget is not searched again (each retry costs a full search
+        # round for nothing); the mark names its record count, so records added since re-open it.
+        if have >= trials_per_kernel or (have and exhausted.get(str(key)) == have):
             report.skipped.append(name)
             continue
         todo.append((name, mod, weight))
@@ -224,7 +248,14 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
             report.tuned += [names[i] for i in group]
             report.trials += budget * len(group)
             report.failures += failures.counts()
-    report.measured = sum(records_per_workload(database).values()) - sum(done.values())
+    after = records_per_workload(database)
+    for name, mod, _ in todo:
+        key = tvm_ffi.structural_hash(mod)
+        if 0 < after.get(key, 0) < trials_per_kernel:  # the search ended short of its budget: space exhausted
+            exhausted[str(key)] = after[key]
+    if exhausted:
+        _write_exhausted(work_dir, exhausted)
+    report.measured = sum(after.values()) - sum(done.values())
     report.seconds = time.perf_counter() - start
     return database, report
 
