@@ -12,7 +12,7 @@ baseline's): a kernel that only a rewrite creates gets the same tuning as the or
 pass are steered by the roofline proxy and confirmed by that measurement, so neither returns a slower graph.
 
 - **Quick** (`--quick`, ~2 min, run in CI): tiny models, untuned kernels.
-- **Full** (default, ~30 min with the kernels already tuned by `benchmarks/graph_rl.py`): full-size BERT-base and
+- **Full** (default, ~30 min with the kernels already tuned by `benchmarks/graph_rl.py`): the zoo's full-size BERT and
   ResNeXt-50 with tuned kernels, the settings of `benchmarks/graph_rl.py --size full --tune-trials 16`, whose
   table in the README covers every zoo model.
 """

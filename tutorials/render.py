@@ -8,6 +8,7 @@ from a command written next to it.
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import time
@@ -35,7 +36,16 @@ def render(script: Path, args: list[str]) -> Path:
         else:
             printed.append(line)
     page = script.with_suffix(".md")
-    images = "\n".join(f"![{f.stem}]({_rel(f, page.parent)})" for f in figures)
+    # The page's plots are copied beside it, so it shows them wherever the run wrote its files.
+    shown = []
+    for f in figures:
+        kept = script.parent / "figures" / f"{script.stem}_{f.name}" if not f.name.startswith(script.stem) \
+            else script.parent / "figures" / f.name
+        kept.parent.mkdir(exist_ok=True)
+        if f != kept.resolve():
+            shutil.copyfile(f, kept)
+        shown.append(kept)
+    images = "\n".join(f"![{f.stem}]({_rel(f, page.parent)})" for f in shown)
     page.write_text(f"{prose}\n\n## Run it\n\n```\n{command}\n```\n\nThis run took {minutes:.1f} min on a 2-core "
                     f"CPU.\n\n## The code\n\n```python\n{body}\n```\n\n## What it printed\n\n```\n"
                     + "\n".join(printed).strip() + "\n```\n" + (f"\n{images}\n" if images else ""))
