@@ -29,7 +29,7 @@ from tvm_rl.tune import tune_model
 
 ap = argparse.ArgumentParser(description="Tutorial (a): the RL graph pass on BERT and ResNeXt")
 ap.add_argument("--quick", action="store_true", help="tiny models, untuned kernels (~2 min)")
-ap.add_argument("--out", default="tutorials/figures", help="where the JSON and the plot go")
+ap.add_argument("--out", default="logs/tutorial_graph_pass", help="where the JSON and the plot go")
 ap.add_argument("--database", default="logs/tuning/llvm", help="full run: the shared tuning work dir")
 args = ap.parse_args()
 size, trials = ("tiny", 0) if args.quick else ("full", 16)
