@@ -7,7 +7,7 @@ checks the result is well formed.
 """
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Iterator
 
 import numpy as np
@@ -108,6 +108,32 @@ def const(array: np.ndarray, dtype: str) -> GenericConst:
     return relax.const(np.ascontiguousarray(np.asarray(array).astype(dtype)), dtype)
 
 
+_ARRAYS: OrderedDict = OrderedDict()  # constant handle -> (the constant, its read-only numpy copy)
+_ARRAYS_LIMIT = 512
+
+
+def constant_array(c: GenericConst) -> np.ndarray | None:
+    """A constant's value as a read-only numpy array, copied out of TVM once per constant object.
+
+    Every search step builds a new Graph over modules that share most weights; copying each weight out again
+    for every rule's check cost seconds per step on full-size models. The entry holds the constant, so its
+    address cannot be reused while cached; read-only, so no rule can change a value another one reads."""
+    value = c.value
+    if not isinstance(value, tvm.runtime.Tensor):
+        return None
+    key = c.__chandle__()
+    hit = _ARRAYS.get(key)
+    if hit is not None and hit[0].same_as(c):
+        _ARRAYS.move_to_end(key)
+        return hit[1]
+    array = value.numpy()
+    array.flags.writeable = False
+    _ARRAYS[key] = (c, array)
+    if len(_ARRAYS) > _ARRAYS_LIMIT:
+        _ARRAYS.popitem(last=False)
+    return array
+
+
 # -------------------------------------------------------------------------------------------------- graph
 
 
@@ -189,8 +215,7 @@ class Graph:
     def const(self, expr) -> np.ndarray | None:
         """The value of `expr` when it is a constant or a chain of reshape/permute_dims over one, else None."""
         if isinstance(expr, GenericConst):
-            value = expr.value
-            return value.numpy() if isinstance(value, tvm.runtime.Tensor) else None
+            return constant_array(expr)
         if not isinstance(expr, Var) or expr.name not in self.values:
             return None
         if expr.name not in self._consts:
