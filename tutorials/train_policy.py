@@ -11,7 +11,7 @@ iteration on small models takes seconds to a minute on 2 cores. The run writes `
 
 - **Quick** (`--quick`, ~1 min, run in CI): 2 iterations of 2 short episodes: it shows the mechanics, it does
   not learn much.
-- **Full** (default, ~15 min): 16 iterations of 4 episodes, 10 steps each, after a greedy warm start.
+- **Full** (default, ~6 min): 10 iterations of 4 episodes, 10 steps each, after a greedy warm start.
 """
 import argparse
 import csv
@@ -54,7 +54,7 @@ def my_block(size: str):
 
 # 2. PPO on your model and a zoo CNN (X-RLflow's hyperparameters are TrainConfig's defaults).
 config = TrainConfig(models=("my_block", "squeezenet1_1"), size="tiny", work_dir=args.out, seed=0,
-                     iterations=2 if args.quick else 16, episodes_per_iteration=2 if args.quick else 4,
+                     iterations=2 if args.quick else 10, episodes_per_iteration=2 if args.quick else 4,
                      horizon=4 if args.quick else 10, imitation_episodes=0 if args.quick else 4)
 policy = train(config, progress=False)
 with open(Path(args.out) / "train.csv") as f:
