@@ -78,27 +78,29 @@ def confirmed(r: search.SearchResult, original: tvm.IRModule, measure_fn, enable
 
 def measure_variants(model, variants: dict, target, database, repeat: int, fn,
                      tune=None) -> dict[str, dict]:
-    """Build every variant with the same kernel schedules, check it against the first one's outputs, time it.
+    """Build every variant with the same kernel schedules, check it against the first one's outputs, and time
+    them all in interleaved rounds (`measure.time_interleaved`).
 
     `tune(mod) -> database`, when given, tunes a variant's kernels first and returns the database to build with."""
-    rows, reference = {}, None
+    rows, runners, reference = {}, {}, None
     for key, (mod, seconds, applied, *guard) in variants.items():
         if tune is not None:
             database = tune(mod)
-        runner = measure.Runner(measure.build(mod, target, database), target)
+        runners[key] = runner = measure.Runner(measure.build(mod, target, database), target)
         outputs = runner(model.inputs)
         if reference is None:
             reference = outputs
         scale = measure.output_scale(reference)
         check = measure.compare(outputs, reference, rtol=1e-3, atol=1e-3 * scale)
-        timing = runner.time(model.inputs, repeat=repeat)
         # The built-in passes leave call_tir kernels and repeated names, which the Relax cost model cannot read.
-        rows[key] = {"latency_ms": timing.median_ms, "iqr_ms": timing.iqr_ms,
-                     "search_cost_ms": None if key == "relax_builtin" else fn(mod),
+        rows[key] = {"search_cost_ms": None if key == "relax_builtin" else fn(mod),
                      "optimisation_s": round(seconds, 2), "rewrites": len(applied), "applied": applied,
                      "matches_original": check.ok, "max_abs_err": check.max_abs_err}
         if guard and guard[0]:
             rows[key]["guard"] = guard[0]
+    # All variants timed in rounds, so load from other processes falls on each alike.
+    for key, timing in measure.time_interleaved(runners, model.inputs, repeat=repeat).items():
+        rows[key].update(latency_ms=timing.median_ms, iqr_ms=timing.iqr_ms)
     first = next(iter(rows.values()))["latency_ms"]
     for row in rows.values():
         row["speedup"] = first / row["latency_ms"]

@@ -198,6 +198,16 @@ def test_never_slower_when_measurement_disagrees():
     assert "not faster" in rewrite.last_report.reason
 
 
+def test_real_confirmation_measures_both_graphs_and_keeps_only_a_faster_one():
+    mod = T.merge_matmul_graph()
+    rewrite = RLRewritePass(policy=small_policy(), max_steps=3, repeat=5,
+                            cost=lambda m: 1.0 if same_graph(m, mod) else 0.5)  # the proxy likes every rewrite
+    out = rewrite(mod)
+    r = rewrite.last_report
+    assert r.initial_ms > 0 and r.final_ms > 0
+    assert r.kept == (r.final_ms < r.initial_ms) and same_graph(out, mod) == (not r.kept)
+
+
 def test_never_slower_by_cost_without_confirmation():
     mod = T.merge_matmul_graph()
     rewrite = RLRewritePass(policy=small_policy(), max_steps=3, confirm=False,

@@ -91,3 +91,13 @@ def test_runner_times_a_model_and_its_kernels(cpu):
     # Two layers share every kernel shape, so the per-layer kernels are called twice.
     assert max(k.calls for k in kernels) >= 2
     assert len({k.structural_hash for k in kernels}) == len(kernels)
+
+
+def test_interleaved_timing_times_every_build(cpu):
+    from tvm_rl import models
+
+    m = models.load("squeezenet1_1", "tiny")
+    runner = measure.Runner(measure.build(m.mod, cpu), cpu)
+    timings = measure.time_interleaved({"a": runner, "b": runner}, m.inputs, repeat=5)
+    assert set(timings) == {"a", "b"}
+    assert all(t.repeats == 5 and 0 < t.min_ms <= t.median_ms <= t.max_ms for t in timings.values())

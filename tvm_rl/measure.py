@@ -221,6 +221,26 @@ def summarize(samples_ms: Sequence[float]) -> Timing:
     return Timing(statistics.median(xs), xs[0], xs[-1], q3 - q1, len(xs))
 
 
+def time_interleaved(runners: dict[str, "Runner"], inputs: Sequence[np.ndarray], repeat: int = 10,
+                     warmup: int = 2) -> dict[str, Timing]:
+    """Time several builds of one model in rounds: each round runs every build once, in turn.
+
+    Timed one after another, a burst of load from another process lands on one build and passes for a
+    difference between builds (two builds of the same graph measured 452 and 419 ms that way on a busy
+    2-core machine). In rounds, every build sees the same load, so their ratios hold."""
+    args = {k: r._args(inputs) for k, r in runners.items()}
+    for key, runner in runners.items():
+        for _ in range(warmup):
+            runner.vm["main"](*args[key])
+        runner.device.sync()
+    evaluators = {k: r.vm.time_evaluator("main", r.device, number=1, repeat=1) for k, r in runners.items()}
+    samples: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(repeat):
+        for key, evaluator in evaluators.items():
+            samples[key].append(evaluator(*args[key]).results[0] * 1e3)
+    return {k: summarize(v) for k, v in samples.items()}
+
+
 def time_callable(fn: Callable[[], object], warmup: int = 2, repeat: int = 10,
                   sync: Callable[[], object] | None = None) -> Timing:
     """Time a zero-argument callable (PyTorch, ONNX Runtime, ...) with warm-up and `repeat` samples."""

@@ -145,7 +145,7 @@ class RLRewritePass:
             return mod
         if self.confirm:
             t0 = time.perf_counter()
-            report.initial_ms, report.final_ms = self._measure(mod), self._measure(best)
+            report.initial_ms, report.final_ms = self._measure_pair(mod, best)
             report.confirm_seconds = time.perf_counter() - t0
             if report.final_ms >= report.initial_ms:
                 report.reason = (f"rewritten graph measured {report.final_ms:.4g} ms, not faster than the input's "
@@ -172,9 +172,14 @@ class RLRewritePass:
                     "need static shapes (bind them, e.g. with relax.transform.BindSymbolicVars)")
         return ""
 
-    def _measure(self, mod: tvm.IRModule) -> float:
+    def _measure_pair(self, before: tvm.IRModule, after: tvm.IRModule) -> tuple[float, float]:
+        """End-to-end medians of input and result, timed in alternating rounds (or by `measure_fn`)."""
         if self.measure_fn is not None:
-            return float(self.measure_fn(mod))
+            return float(self.measure_fn(before)), float(self.measure_fn(after))
         from .verify import random_inputs
 
-        return costs.end_to_end_ms(mod, self.target, random_inputs(mod), self.database, self.repeat).median_ms
+        inputs = random_inputs(before)
+        runners = {k: measure.Runner(measure.build(m, self.target, self.database), self.target)
+                   for k, m in (("before", before), ("after", after))}
+        timings = measure.time_interleaved(runners, inputs, repeat=self.repeat)
+        return timings["before"].median_ms, timings["after"].median_ms
