@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(PY) -m tvm_rl.cli demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=15 tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
