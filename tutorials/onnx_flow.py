@@ -11,7 +11,7 @@ symbolic input dimensions need `--shape NAME=D1,D2,...`). Everything lands in `-
 (rerun the command and tuning resumes), `optimize_<model>.json`, and `tvm-rl report`'s summary.
 
 - **Quick** (`--quick`, ~2 min, run in CI): SqueezeNet 1.1 at its tiny size, 2 trials per kernel.
-- **Full** (default, ~25 min): SqueezeNet 1.1 at 224x224, 16 trials per kernel.
+- **Full** (default, ~13 min): SqueezeNet 1.1 at 224x224, 16 trials per kernel.
 """
 import argparse
 import subprocess
