@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from graph_search import (BUILTIN, add_tuning_args, builtin_rewrites, check_tuning_args, confirmed,  # noqa: E402
-                          measure_variants, open_database_arg, print_table, tuner, variant_measure)
+from graph_search import (add_tuning_args, check_tuning_args, confirmed, measure_variants,  # noqa: E402
+                          open_database_arg, print_table, tuner, variant_measure)
 
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.graph import cost, search  # noqa: E402
@@ -78,7 +78,8 @@ def main() -> None:
         fn = cost.roofline_cost(hardware)
         variants = {"original": (model.mod, 0.0, [])}
         start = time.perf_counter()
-        variants["relax_builtin"] = (builtin_rewrites(model.mod), time.perf_counter() - start, list(BUILTIN))
+        variants["relax_builtin"] = (search.tvm_builtin(model.mod), time.perf_counter() - start,
+                                     list(search.TVM_BUILTIN_PASSES))
         guard = not (args.no_measure or args.no_confirm)
         measure_fn = None if args.no_measure else variant_measure(model, target, args)
         r = search.greedy(model.mod, fn, cap=args.cap, max_steps=args.greedy_steps)

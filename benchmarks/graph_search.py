@@ -24,10 +24,6 @@ import tvm  # noqa: E402
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.graph import cost, search  # noqa: E402
 
-BUILTIN = search.TVM_BUILTIN_PASSES
-builtin_rewrites = search.tvm_builtin
-
-
 def open_database_arg(work_dir: str | None):
     """The MetaSchedule database of --database, or None (untuned kernels)."""
     if not work_dir:
@@ -147,7 +143,8 @@ def main() -> None:
         fn = cost.kernel_sum_cost(cache) if cache else cost.roofline_cost(hardware)
         variants, rows = {"original": (model.mod, 0.0, [])}, {}
         start = time.perf_counter()
-        variants["relax_builtin"] = (builtin_rewrites(model.mod), time.perf_counter() - start, list(BUILTIN))
+        variants["relax_builtin"] = (search.tvm_builtin(model.mod), time.perf_counter() - start,
+                                     list(search.TVM_BUILTIN_PASSES))
         measure_fn = variant_measure(model, target, args)
         r = search.greedy(model.mod, fn, cap=args.cap)
         variants["greedy"] = confirmed(r, model.mod, measure_fn, not args.no_confirm)
