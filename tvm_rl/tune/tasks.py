@@ -201,7 +201,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     report = TuneReport()
     done = records_per_workload(database)
     exhausted = read_exhausted(work_dir)
-    todo, budgets = [], []
+    todo, budgets, keys = [], [], []
     for name, mod, weight in workloads:
         report.tasks += 1
         if op_filter and op_filter not in name:
@@ -214,6 +214,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
             report.skipped.append(name)
             continue
         todo.append((name, mod, weight))
+        keys.append(key)
         budgets.append(trials_per_kernel - have)
     if not todo:
         return database, report
@@ -249,8 +250,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
             report.trials += budget * len(group)
             report.failures += failures.counts()
     after = records_per_workload(database)
-    for name, mod, _ in todo:
-        key = tvm_ffi.structural_hash(mod)
+    for key in keys:
         if 0 < after.get(key, 0) < trials_per_kernel:  # the search ended short of its budget: space exhausted
             exhausted[str(key)] = after[key]
     if exhausted:
