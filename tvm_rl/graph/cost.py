@@ -6,8 +6,9 @@ Three estimates of a Relax module's latency, from slow and true to fast and roug
       (structural hash of the scheduled PrimFunc + target + database) timed alone once and kept on disk
       as JSON lines, so later runs and other graphs sharing the kernel reuse it;
   (c) rooflines from FLOPs and bytes moved: `kernel_roofline_ms` over the lowered TIR kernels (TVM's
-      own fusion, ~0.5 s a tiny model for lowering) and `graph_roofline_ms` over the Relax bindings with a
-      simple fusion model (milliseconds; what the environment scores dozens of candidates with per step).
+      own fusion, ~0.5 s a tiny model for lowering) and `graph_roofline_ms` over the kernels `fusion` predicts
+      from the Relax bindings (TVM's FoldConstant and FuseOps replayed; milliseconds, what the environment
+      scores dozens of candidates with per step).
 `compare_costs` says how far (a) and (c) are from (b). Every cost function maps an IRModule to milliseconds.
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ from tvm.ir import Call, GenericConst, Tuple, TupleGetItem, Var
 
 from .. import measure
 from ..errors import BuildError
+from . import fusion
 from .fingerprint import module_key, same_graph
 from .rules.ir import Graph, op_name, static_shape
 
@@ -234,16 +236,6 @@ def kernel_roofline_ms(mod: tvm.IRModule, target: tvm.target.Target | str, hardw
 
 # -------------------------------------------------------------------------------- Relax-level profiles
 
-# Operators that move no data at run time (TVM turns dataflow reshapes into views) or only bookkeeping.
-_VIEW_OPS = frozenset({"relax.reshape", "relax.squeeze", "relax.expand_dims", "relax.flatten"})
-# Operators FuseOps puts into their producer's kernel (element-wise, broadcast, injective).
-_FUSABLE_OPS = frozenset({
-    "relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.power", "relax.maximum",
-    "relax.minimum", "relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.sigmoid",
-    "relax.tanh", "relax.exp", "relax.sqrt", "relax.rsqrt", "relax.negative", "relax.clip", "relax.astype",
-    "relax.permute_dims", "relax.broadcast_to", "relax.zeros_like", "relax.ones_like", "relax.strided_slice",
-    "relax.take", "relax.concat", "relax.split", "relax.nn.leakyrelu", "relax.erf", "relax.abs",
-})
 # FLOPs per output element of the normalisations and softmax (exp, sums, divides; a stated round number).
 _PER_ELEMENT = {"relax.nn.softmax": 5, "relax.nn.log_softmax": 5, "relax.nn.layer_norm": 8,
                 "relax.nn.batch_norm": 4, "relax.nn.group_norm": 8, "relax.nn.rms_norm": 6,
@@ -288,22 +280,10 @@ def op_flops(call: Call, out: Var) -> float:
         return float(n_out * int(np.prod([int(p) for p in call.attrs.pool_size])))
     if name in ("relax.mean", "relax.sum", "relax.max", "relax.min", "relax.variance"):
         return float(_numel(call.args[0]))
-    if name in _VIEW_OPS or name in ("relax.permute_dims", "relax.broadcast_to", "relax.zeros_like",
+    if name in fusion.VIEW_OPS or name in ("relax.permute_dims", "relax.broadcast_to", "relax.zeros_like",
                                      "relax.concat", "relax.split", "relax.take", "relax.strided_slice"):
         return 0.0
     return float(_PER_ELEMENT.get(name, 1) * n_out)
-
-
-def _tensor_args(value) -> list:
-    if isinstance(value, Call):
-        return [a for a in value.args if isinstance(a, (Var, GenericConst))]
-    if isinstance(value, Tuple):
-        return [a for a in value.fields if isinstance(a, (Var, GenericConst))]
-    if isinstance(value, TupleGetItem):
-        return [value.tuple_value]
-    if isinstance(value, Var):
-        return [value]
-    return []
 
 
 def op_profiles(mod: tvm.IRModule, graph: Graph | None = None) -> list[OpProfile]:
@@ -315,8 +295,8 @@ def op_profiles(mod: tvm.IRModule, graph: Graph | None = None) -> list[OpProfile
 
 def _op_profile(name: str, var: Var, value) -> OpProfile:
     op = op_name(value) or {Tuple: "tuple", TupleGetItem: "tuple_get_item"}.get(type(value), "var")
-    args = _tensor_args(value)
-    if op.startswith("relax.") and op not in _VIEW_OPS:
+    args = fusion.inputs_of(value)
+    if op.startswith("relax.") and op not in fusion.VIEW_OPS:
         flops, nbytes = op_flops(value, var), sum(tensor_info(a)[1] for a in args) + tensor_info(var)[1]
     else:
         flops, nbytes = 0.0, 0
@@ -324,67 +304,41 @@ def _op_profile(name: str, var: Var, value) -> OpProfile:
 
 
 def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[float, int, str]]:
-    """(FLOPs, bytes, kind of its first op) of the kernels `main` would roughly fuse into, without lowering.
+    """(FLOPs, bytes, kind of its anchor op) of every kernel `main` will run, predicted without lowering.
 
-    The model of TVM's FuseOps: an element-wise/broadcast/injective op joins the kernel of its first input's
-    producer when that input is used only there; views (reshape) and tuple plumbing cost nothing and pass
-    their producer through. A kernel's bytes are the tensors it reads from outside plus those it writes
-    that are read outside (or returned).
+    Kernels are `fusion.partition`'s replay of TVM's FoldConstant and FuseOps (checked against TVM's own
+    lowering in the tests); a kernel of reshapes alone is a view and is left out. A kernel's bytes are the
+    tensors it reads from outside (constants included) plus those it writes that are read outside (or
+    returned); its FLOPs are its operators' (`op_flops`).
     """
     g = graph or graph_of(mod)
     profiles = {p.name: p for p in op_profiles(mod, g)}
-    root: dict[str, str] = {}  # views and tuple items -> the binding whose data they are
-    group: dict[str, int] = {}
-    members: list[list[str]] = []
-    for name in g.order:
-        p = profiles[name]
-        src = [root.get(i, i) for i in p.inputs]
-        if p.op in _VIEW_OPS or p.op in ("tuple_get_item", "var", "tuple"):
-            if src:
-                root[name] = src[0]
-            continue
-        joined = None
-        if p.op in _FUSABLE_OPS:
-            for s, raw in zip(src, p.inputs):
-                if s in group and g.single_use(raw) is not None:
-                    joined = group[s]
-                    break
-        if joined is None:
-            joined = len(members)
-            members.append([])
-        group[name] = joined
-        members[joined].append(name)
-    # Reads by each group, and which groups (or the function's result) read each binding.
+    kernels = fusion.partition(g)
+    group = {n: gi for gi, names in enumerate(kernels) for n in names}
     readers: dict[str, set] = {}
     for name in g.order:
-        target = group.get(name, None)
         for raw in profiles[name].inputs:
-            readers.setdefault(root.get(raw, raw), set()).add(target if target is not None else ("view", name))
-    result_reads = {root.get(n, n) for n, c in g.external.items() if c}
+            readers.setdefault(raw, set()).add(group.get(name))
     var_bytes = {name: tensor_info(g.vars[name])[1] for name in g.order}
     params = {p.name: tensor_info(p)[1] for p in g.func.params}
     out = []
-    for gi, names in enumerate(members):
-        flops = sum(profiles[n].flops for n in names)
+    for gi, names in enumerate(kernels):
+        if fusion.is_free(g, names):
+            continue
         nbytes, seen = 0, set()
         for n in names:
-            value = g.values[n]
-            for arg in _tensor_args(value):
-                src = root.get(arg.name, arg.name) if isinstance(arg, Var) else None
-                if src is not None and group.get(src) == gi:
+            for arg in fusion.inputs_of(g.values[n]):
+                if isinstance(arg, Var) and group.get(arg.name) == gi:
                     continue
-                key = src if src is not None else id(arg)
-                if key in seen:
-                    continue
-                seen.add(key)
-                if isinstance(arg, GenericConst):
-                    nbytes += tensor_info(arg)[1]
-                else:
-                    nbytes += var_bytes.get(src, params.get(src, tensor_info(arg)[1]))
-            escapes = n in result_reads or any(r != gi for r in readers.get(n, ()))
-            if escapes:
+                key = arg.name if isinstance(arg, Var) else id(arg)
+                if key not in seen:
+                    seen.add(key)
+                    nbytes += tensor_info(arg)[1] if isinstance(arg, GenericConst) else \
+                        var_bytes.get(arg.name, params.get(arg.name, tensor_info(arg)[1]))
+            if g.external[n] or any(r != gi for r in readers.get(n, ())):
                 nbytes += var_bytes[n]
-        out.append((flops, nbytes, op_kind(profiles[names[0]].op)))
+        anchor = next((n for n in names if fusion.pattern_of(g.values[n]) == fusion.OUT_EWISE_FUSABLE), names[0])
+        out.append((sum(profiles[n].flops for n in names), nbytes, op_kind(profiles[anchor].op)))
     return out
 
 

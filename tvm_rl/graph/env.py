@@ -24,6 +24,7 @@ import tvm
 from tvm.ir import GenericConst, Var
 
 from . import cost as costs
+from . import fusion
 from .candidates import CandidateSet, enumerate_candidates
 from .fingerprint import module_key, same_graph
 from .rules import Rule, all_rules
@@ -104,7 +105,7 @@ def encode(mod: tvm.IRModule, hardware: costs.Roofline) -> GraphTensors:
     for name, p in zip(g.order, profiles):
         var, value = g.vars[name], g.values[name]
         me = node((var, value), lambda: row(p.op if p.op != "var" else "other", var, p.flops, p.nbytes))
-        for arg in costs._tensor_args(value):
+        for arg in fusion.inputs_of(value):
             if isinstance(arg, GenericConst):
                 src = node((arg,), lambda: row("constant", arg))
             elif isinstance(arg, Var) and arg.name in index:
