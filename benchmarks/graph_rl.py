@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from graph_search import (add_tuning_args, check_tuning_args, confirmed, measure_variants,  # noqa: E402
-                          open_database_arg, print_table, tuner, variant_measure)
+                          open_database_arg, print_table, proxy_hardware, tuner, variant_measure)
 
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.graph import cost, search  # noqa: E402
@@ -69,7 +69,7 @@ def main() -> None:
     suffix = "_proxy" if args.no_measure else ""
     out = Path(__file__).resolve().parents[1] / "logs" / f"graph_rl_{target.kind.name}_{args.size}{suffix}.json"
     results = json.loads(out.read_text())["models"] if out.exists() else {}
-    hardware = cost.default_hardware(target)
+    hardware = proxy_hardware(target, args.database)
     for name in args.models:
         if name in results and not args.force:
             print(f"{name}: already in {out.name} (--force to re-run)")
@@ -102,6 +102,7 @@ def main() -> None:
                                       for k in KEYS if k in rows) + f"; rl: {report.reason}", flush=True)
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({"target": str(target), "size": args.size, "search_cost": "roofline",
+                                   "proxy": hardware.as_dict(),
                                    "measured": not args.no_measure, "greedy_steps": args.greedy_steps,
                                    "database": cost.database_tag(database), "tune_trials": args.tune_trials,
                                    "confirmed": not (args.no_measure or args.no_confirm), "policy": args.policy or "shipped",

@@ -8,7 +8,8 @@ first tuned to N trials each into that work dir (kernels already there are skipp
 rewrite creates get the same tuning as the original's. Greedy's and backtracking's graphs are confirmed by the
 same measurement and replaced by the original if no faster (--no-confirm shows the searches' raw picks).
 Resumable: models already in logs/graph_search_<target>_<size>.json are skipped unless --force; the file is
-rewritten after every model. Quick by default (tiny models, roofline cost, 10 backtracking expansions). On CPU,
+rewritten after every model. The roofline proxy is fitted to --database's tuned kernels when one is given
+(`graph.calibration`), else nominal. Quick by default (tiny models, roofline cost, 10 backtracking expansions). On CPU,
 untuned kernels are naive loops (DESIGN.md): untuned speedups are not what a user of tuned builds gets.
 """
 import argparse
@@ -31,6 +32,15 @@ def open_database_arg(work_dir: str | None):
     from tvm_rl.tune import open_database
 
     return open_database(work_dir)
+
+
+def proxy_hardware(target, work_dir: str | None) -> cost.Roofline:
+    """The roofline the searches minimise: fitted to --database's tuned kernels when given, else nominal."""
+    if not work_dir:
+        return cost.default_hardware(target)
+    from tvm_rl.graph.calibration import tuned_roofline
+
+    return tuned_roofline(work_dir, target)
 
 
 def add_tuning_args(ap: argparse.ArgumentParser) -> None:
@@ -133,7 +143,7 @@ def main() -> None:
     database = open_database_arg(args.database)
     out = Path(__file__).resolve().parents[1] / "logs" / f"graph_search_{target.kind.name}_{args.size}.json"
     results = json.loads(out.read_text())["models"] if out.exists() else {}
-    hardware = cost.default_hardware(target)
+    hardware = proxy_hardware(target, args.database)
     cache = cost.KernelCostCache(target, database) if args.cost == "kernels" else None
     for name in args.models:
         if name in results and not args.force:
@@ -156,6 +166,7 @@ def main() -> None:
               flush=True)
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({"target": str(target), "size": args.size, "search_cost": args.cost,
+                                   "proxy": hardware.as_dict(),
                                    "database": cost.database_tag(database), "tune_trials": args.tune_trials,
                                    "confirmed": not args.no_confirm, "budget": args.budget,
                                    "alpha": args.alpha, "cap": args.cap, "repeat": args.repeat,

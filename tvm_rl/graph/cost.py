@@ -72,6 +72,8 @@ def op_kind(name: str) -> str:
         return "matmul"
     if "pool" in name:
         return "pool"
+    if "batch_norm" in name:  # at inference a per-channel scale and shift: element-wise
+        return "elementwise"
     if any(k in name for k in ("softmax", "norm", "mean", "sum", "variance", "max", "min")):
         return "reduce"
     return "elementwise"

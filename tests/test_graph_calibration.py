@@ -1,0 +1,47 @@
+"""Rooflines fitted to a tuning database: kernels read with their kind, FLOPs and best latency; fit cached."""
+import json
+
+import pytest
+
+from tvm_rl import models
+from tvm_rl.graph import calibration, cost
+from tvm_rl.tune import tune_model
+
+
+def test_kernels_are_classified_by_their_blocks():
+    assert calibration.tir_kind(["pad_temp", "conv2d_nchw", "T_add", "compute"]) == "conv"
+    assert calibration.tir_kind(["NT_matmul", "T_add"]) == "matmul"
+    assert calibration.tir_kind(["pad_temp", "pool_max"]) == "pool"
+    assert calibration.tir_kind(["T_softmax_maxelem", "T_softmax_exp", "T_softmax_norm"]) == "reduce"
+    assert calibration.tir_kind(["T_subtract", "T_divide", "T_multiply", "T_add", "compute"]) == "elementwise"
+    # the Relax side names an inference batch norm the same way, so both sides share one roofline
+    assert cost.op_kind("relax.nn.batch_norm") == "elementwise" and cost.op_kind("relax.nn.layer_norm") == "reduce"
+
+
+def test_fit_recovers_the_rooflines_of_known_kernels():
+    slow, fast = cost.Hardware(10.0, 5.0, 2.0), cost.Hardware(50.0, 40.0, 1.0)
+    kernels = [calibration.TunedKernel(kind, f, b, (slow if kind == "conv" else fast).time_ms(f, b))
+               for kind in ("conv", "elementwise") for f, b in ((1e6, 1e5), (1e7, 2e5), (3e7, 5e6), (1e5, 1e6))]
+    model = calibration.fit(kernels)
+    assert max(calibration.fit_error(model, kernels).values()) < 0.15
+    with pytest.raises(ValueError, match="no tuned kernels"):
+        calibration.fit([])
+
+
+@pytest.mark.slow
+def test_tuned_roofline_reads_a_database_and_caches_the_fit(cpu, tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match=str(tmp_path)):
+        calibration.tuned_roofline(tmp_path)
+    model = models.load("bert", "tiny")
+    for kernel in ("fused_matmul_add", "layer_norm"):
+        tune_model(model.mod, cpu, tmp_path, trials_per_kernel=2, trials_per_iter=2, op_filter=kernel)
+    kernels = calibration.tuned_kernels(tmp_path)
+    assert {k.kind for k in kernels} >= {"matmul", "reduce"}
+    assert all(k.best_ms > 0 and k.nbytes > 0 for k in kernels)
+    assert next(k for k in kernels if k.kind == "matmul").flops > 0
+    fitted = calibration.tuned_roofline(tmp_path, cpu)
+    saved = json.loads((tmp_path / "roofline.json").read_text())
+    assert saved["kernels"] == len(kernels) and saved["default"]["source"].startswith("calibrated")
+    # The cache answers while the database is unchanged: no kernel is read again.
+    monkeypatch.setattr(calibration, "tuned_kernels", lambda *_: pytest.fail("refitted an unchanged database"))
+    assert calibration.tuned_roofline(tmp_path, cpu) == fitted

@@ -1,0 +1,127 @@
+"""Fit the graph proxy's rooflines to the kernels a MetaSchedule database has tuned.
+
+The nominal roofline (`cost.default_hardware`) says what the chip could do; tuned TVM kernels reach a
+different fraction of it for each kind of kernel (a tuned conv far more than a memory-bound batch norm),
+and that ratio decides which rewrites pay. A tuning database already holds the answer: every workload with
+its best measured latency. `tuned_roofline` reads them, counts each kernel's FLOPs and bytes, classifies it
+by its blocks' names, and fits one roofline per kind (`cost.calibrate_by_kind`). The fit is kept beside the
+database (`roofline.json`) and redone when the database has grown.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import tvm
+
+from . import cost
+
+_BLOCK = re.compile(r'T\.s?block\("([^"]+)"')
+
+
+def tir_kind(block_names: list[str]) -> str:
+    """The kind (`cost.KINDS`) of a kernel from its TIR blocks' names, as `cost.op_kind` names Relax ops."""
+    names = " ".join(block_names).lower()
+    if "conv" in names:
+        return "conv"
+    if "matmul" in names or "dense" in names:
+        return "matmul"
+    if "pool" in names:
+        return "pool"
+    if any(k in names for k in ("softmax", "layer_norm", "group_norm", "rms_norm", "_red", "mean", "_sum")):
+        return "reduce"
+    return "elementwise"
+
+
+@dataclass(frozen=True)
+class TunedKernel:
+    """One tuned workload: its kind, FLOPs, bytes moved and best measured latency (ms)."""
+
+    kind: str
+    flops: float
+    nbytes: int
+    best_ms: float
+
+
+def tuned_kernels(work_dir: str | Path) -> list[TunedKernel]:
+    """Every workload of the JSON database in `work_dir` that has a successful measurement, at its best."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    work_dir = Path(work_dir)
+    if not (work_dir / "database_tuning_record.json").exists():
+        raise FileNotFoundError(f"no MetaSchedule database in {work_dir} (database_tuning_record.json missing)")
+    db = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
+    best: dict = {}
+    for record in db.get_all_tuning_records():
+        secs = [float(s) for s in (record.run_secs or ())]
+        if not secs or not all(np.isfinite(secs)) or min(secs) <= 0 or max(secs) >= 1e9:
+            continue  # failed runs are stored with huge or missing latencies
+        ms_ = float(np.mean(secs)) * 1e3
+        key = record.workload
+        if key not in best or ms_ < best[key][1]:
+            best[key] = (record.workload, ms_)
+    out = []
+    for workload, best_ms in best.values():
+        func = workload.mod["main"]
+        try:
+            flops = float(estimate_tir_flops(workload.mod))
+        except Exception:  # data-dependent loops: TVM cannot count them
+            flops = 0.0
+        out.append(TunedKernel(tir_kind(_BLOCK.findall(func.script())), flops,
+                               cost._prim_func_bytes(func), best_ms))
+    return out
+
+
+def fit(kernels: list[TunedKernel]) -> cost.RooflineModel:
+    """One roofline per kind with enough kernels, one over all for the rest (`cost.calibrate_by_kind`)."""
+    if not kernels:
+        raise ValueError("no tuned kernels to fit a roofline to")
+    return cost.calibrate_by_kind([k.kind for k in kernels], [k.flops for k in kernels],
+                                  [k.nbytes for k in kernels], [k.best_ms for k in kernels])
+
+
+def _hardware(d: dict) -> cost.Hardware:
+    return cost.Hardware(d["peak_gflops"], d["gbps"], d["launch_us"], d["source"])
+
+
+def tuned_roofline(work_dir: str | Path, target: tvm.target.Target | str | None = None) -> cost.RooflineModel:
+    """The rooflines of the kernels tuned in `work_dir`, cached in `work_dir/roofline.json`.
+
+    `target` (a database holds one target's kernels) is written into the cache for whoever reads it.
+    """
+    work_dir = Path(work_dir)
+    records = work_dir / "database_tuning_record.json"
+    if not records.exists():
+        raise FileNotFoundError(f"no MetaSchedule database in {work_dir} (database_tuning_record.json missing)")
+    stamp = records.stat().st_size
+    path = work_dir / "roofline.json"
+    if path.exists():
+        try:
+            saved = json.loads(path.read_text())
+            if saved["records_bytes"] == stamp:
+                return cost.RooflineModel(_hardware(saved["default"]),
+                                          tuple((k, _hardware(h)) for k, h in saved["per_kind"].items()))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass  # refit below
+    kernels = tuned_kernels(work_dir)
+    model = fit(kernels)
+    path.write_text(json.dumps({"records_bytes": stamp, "kernels": len(kernels),
+                                "target": str(target) if target is not None else None,
+                                "default": model.default.as_dict(),
+                                "per_kind": {k: h.as_dict() for k, h in model.per_kind}}, indent=1))
+    return model
+
+
+def fit_error(model: cost.Roofline, kernels: list[TunedKernel]) -> dict[str, float]:
+    """Median |predicted / measured - 1| per kind and over all: how far the fitted rooflines are off."""
+    rel: dict[str, list[float]] = {}
+    for k in kernels:
+        err = abs(model.time_ms(k.flops, k.nbytes, k.kind) / k.best_ms - 1)
+        rel.setdefault(k.kind, []).append(err)
+        rel.setdefault("all", []).append(err)
+    return {kind: float(np.median(v)) for kind, v in rel.items()}
