@@ -15,18 +15,20 @@ import tvm_ffi
 from tvm import relax
 from tvm.ir import Call, GenericConst, Op, Tuple, TupleGetItem, Var
 
-_CONST_HASHES: dict[GenericConst, int] = {}  # keyed by object identity; holding it keeps the id unique
+# Caches keyed by the TVM object's address, each entry holding the object so the address stays unique. (Keyed
+# by the object itself, every lookup through a new Python wrapper of the same node calls TVM's slow `==`.)
+_CONST_HASHES: dict[int, tuple[GenericConst, int]] = {}
 _MAX_CONSTS = 50_000
 
 
 def const_key(const: GenericConst) -> int:
     """A hash of the constant's type and contents, computed once per constant object."""
-    key = _CONST_HASHES.get(const)
-    if key is None:
+    hit = _CONST_HASHES.get(const.__chandle__())
+    if hit is None:
         if len(_CONST_HASHES) >= _MAX_CONSTS:  # bound memory on long runs; recomputing is only slower
             _CONST_HASHES.clear()
-        key = _CONST_HASHES[const] = tvm_ffi.structural_hash(const)
-    return key
+        hit = _CONST_HASHES[const.__chandle__()] = (const, tvm_ffi.structural_hash(const))
+    return hit[1]
 
 
 def expr_key(expr, positions: dict[str, int]):
@@ -47,13 +49,13 @@ def expr_key(expr, positions: dict[str, int]):
     return ("other", tvm_ffi.structural_hash(expr))  # shapes, prim values, strings: small
 
 
-_TEMPLATES: dict[object, tuple[int, tuple[str, ...]]] = {}
+_TEMPLATES: dict[int, tuple[object, tuple[int, tuple[str, ...]]]] = {}
 
 
 def _template(value) -> tuple[int, tuple[str, ...]]:
     """(hash of `value` with its variables as placeholders, the variables' names in order), cached per value
     object: a candidate graph shares all but a few binding values with its parent."""
-    hit = _TEMPLATES.get(value)
+    hit = _TEMPLATES.get(value.__chandle__())
     if hit is None:
         names: list[str] = []
         placeholders: dict[str, int] = {}
@@ -67,8 +69,8 @@ def _template(value) -> tuple[int, tuple[str, ...]]:
 
         if len(_TEMPLATES) >= _MAX_CONSTS:
             _TEMPLATES.clear()
-        hit = _TEMPLATES[value] = (hash(expr_key(value, _Positions())), tuple(names))
-    return hit
+        hit = _TEMPLATES[value.__chandle__()] = (value, (hash(expr_key(value, _Positions())), tuple(names)))
+    return hit[1]
 
 
 def _function_key(func: relax.Function) -> int:
