@@ -53,7 +53,7 @@ def main() -> None:
     ap.add_argument("--cap", type=int, default=64, help="candidates per step (searches and the policy)")
     ap.add_argument("--steps", type=int, default=20, help="RL pass: steps per episode")
     ap.add_argument("--episodes", type=int, default=4, help="RL pass: episodes (first greedy, rest sampled)")
-    ap.add_argument("--time-budget", type=float, default=60.0, help="RL pass: search seconds per model")
+    ap.add_argument("--time-budget", type=float, default=10.0, help="RL pass: search seconds per model")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--greedy-steps", type=int, default=100, help="greedy: rewrites at most")
     ap.add_argument("--no-measure", action="store_true", help="compare by the roofline proxy only (no builds: "

@@ -36,11 +36,9 @@ def open_database_arg(work_dir: str | None):
 
 def proxy_hardware(target, work_dir: str | None) -> cost.Roofline:
     """The roofline the searches minimise: fitted to --database's tuned kernels when given, else nominal."""
-    if not work_dir:
-        return cost.default_hardware(target)
-    from tvm_rl.graph.calibration import tuned_roofline
+    from tvm_rl.graph.calibration import proxy_roofline
 
-    return tuned_roofline(work_dir, target)
+    return proxy_roofline(target, work_dir)
 
 
 def add_tuning_args(ap: argparse.ArgumentParser) -> None:

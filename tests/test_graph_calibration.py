@@ -5,7 +5,7 @@ import pytest
 
 from tvm_rl import models
 from tvm_rl.graph import calibration, cost
-from tvm_rl.tune import tune_model
+from tvm_rl.tune import open_database, tune_model
 
 
 def test_kernels_are_classified_by_their_blocks():
@@ -28,6 +28,11 @@ def test_fit_recovers_the_rooflines_of_known_kernels():
         calibration.fit([])
 
 
+def test_without_tuned_kernels_the_proxy_keeps_the_nominal_roofline(cpu, tmp_path):
+    assert calibration.proxy_roofline(cpu) == cost.default_hardware(cpu)
+    assert calibration.proxy_roofline(cpu, tmp_path) == cost.default_hardware(cpu)  # no database there
+
+
 @pytest.mark.slow
 def test_tuned_roofline_reads_a_database_and_caches_the_fit(cpu, tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
@@ -45,3 +50,6 @@ def test_tuned_roofline_reads_a_database_and_caches_the_fit(cpu, tmp_path, monke
     # The cache answers while the database is unchanged: no kernel is read again.
     monkeypatch.setattr(calibration, "tuned_kernels", lambda *_: pytest.fail("refitted an unchanged database"))
     assert calibration.tuned_roofline(tmp_path, cpu) == fitted
+    # What the searches and RLRewritePass price graphs with, given the work dir or the database itself.
+    assert calibration.proxy_roofline(cpu, tmp_path) == calibration.proxy_roofline(cpu, open_database(tmp_path)) \
+        == fitted

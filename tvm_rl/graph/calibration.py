@@ -117,6 +117,22 @@ def tuned_roofline(work_dir: str | Path, target: tvm.target.Target | str | None 
     return model
 
 
+def proxy_roofline(target: tvm.target.Target | str, database=None) -> cost.Roofline:
+    """The roofline a graph search should price kernels with: fitted to `database`'s tuned kernels (a work dir
+    or a JSON database) when it has any, else the nominal figures (`cost.default_hardware`)."""
+    if database is None:
+        return cost.default_hardware(target)
+    path = getattr(database, "path_tuning_record", None)
+    work_dir = Path(str(path)).parent if path else Path(database)
+    records = work_dir / "database_tuning_record.json"
+    if not records.exists() or records.stat().st_size == 0:
+        return cost.default_hardware(target)
+    try:
+        return tuned_roofline(work_dir, target)
+    except ValueError:  # records, but none measured successfully
+        return cost.default_hardware(target)
+
+
 def fit_error(model: cost.Roofline, kernels: list[TunedKernel]) -> dict[str, float]:
     """Median |predicted / measured - 1| per kind and over all: how far the fitted rooflines are off."""
     rel: dict[str, list[float]] = {}

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     ap.add_argument("--policy", default=None, help="policy checkpoint (default: the one shipped with tvm-rl)")
     ap.add_argument("--steps", type=int, default=20, help="rewrites per episode at most (default 20)")
     ap.add_argument("--episodes", type=int, default=4, help="episodes, the first greedy (default 4)")
-    ap.add_argument("--time-budget", type=float, default=60.0, help="search seconds at most (default 60)")
+    ap.add_argument("--time-budget", type=float, default=10.0, help="search seconds at most (default 10)")
     ap.add_argument("--database", default=None, help="MetaSchedule work dir whose tuned kernels the "
                     "confirmation builds use (on CPU, untuned kernels are naive loops)")
     ap.add_argument("--no-confirm", action="store_true", help="trust the cost model; skip the measurement")

@@ -27,6 +27,7 @@ from tvm import relax
 from .. import measure
 from . import cost as costs
 from .agent import Decision, GraphActorCritic
+from .calibration import proxy_roofline
 from .candidates import enumerate_candidates
 from .env import encode, global_features
 from .rules import Rule, all_rules
@@ -93,12 +94,13 @@ class RLRewritePass:
     episodes: the first greedy, the rest sampled with `seed`; the best graph over all is kept.
     confirm: measure input and result end to end (median of `repeat`) and keep the result only if faster;
     `database`: MetaSchedule database whose tuned kernels both builds use (on CPU untuned kernels are naive
-    loops). cost: the cost function steering the search (default: the roofline proxy for `target`).
+    loops). cost: the cost function steering the search (default: the roofline proxy for `target`, fitted to
+    `database`'s tuned kernels when it has any: `calibration.proxy_roofline`).
     measure_fn: replaces the end-to-end measurement (IRModule -> ms); tests use it.
     """
 
     def __init__(self, target: tvm.target.Target | str = "llvm", policy: GraphActorCritic | str | Path | None = None,
-                 max_steps: int = 20, time_budget_s: float | None = 60.0, episodes: int = 1, confirm: bool = True,
+                 max_steps: int = 20, time_budget_s: float | None = 10.0, episodes: int = 1, confirm: bool = True,
                  database=None, repeat: int = 10, cost: costs.CostFn | None = None,
                  rules: Sequence[Rule] | None = None, cap: int | None = None, seed: int = 0,
                  measure_fn: Callable[[tvm.IRModule], float] | None = None):
@@ -107,7 +109,7 @@ class RLRewritePass:
         self.target = measure.parse_target(target)
         self.policy = policy if isinstance(policy, GraphActorCritic) else GraphActorCritic.load(policy)
         self.hardware = costs.default_hardware(self.target)
-        self.cost = cost or costs.roofline_cost(self.hardware)
+        self.cost = cost or costs.roofline_cost(proxy_roofline(self.target, database))
         self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
         self.confirm, self.database, self.repeat = confirm, database, repeat
         self.rules = all_rules() if rules is None else list(rules)
