@@ -125,6 +125,26 @@ def test_short_training_beats_a_random_policy(tmp_path):
     assert again is not None
 
 
+def test_unknown_models_and_modules_are_named_before_training(tmp_path):
+    with pytest.raises(ValueError, match="no_such_model.*--model-modules"):
+        train(TrainConfig(models=("no_such_model",), work_dir=str(tmp_path)), progress=False)
+    with pytest.raises(ImportError, match="no_such_module"):
+        train(TrainConfig(model_modules=("no_such_module",), work_dir=str(tmp_path)), progress=False)
+
+
+@pytest.mark.slow
+def test_worker_processes_see_models_registered_by_the_users_module(tmp_path, monkeypatch):
+    (tmp_path / "my_zoo.py").write_text(
+        "from tvm_rl.models.registry import register, spec\n"
+        "register('my_squeezenet', 'cnn', 'a user model')(lambda size: spec('squeezenet1_1').build(size))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # spawned workers start with the parent's sys.path
+    config = TrainConfig(models=("my_squeezenet",), model_modules=("my_zoo",), workers=2, iterations=1,
+                         episodes_per_iteration=2, horizon=2, cap=8, hidden=16, gat_layers=1,
+                         imitation_episodes=0, work_dir=str(tmp_path / "run"))
+    train(config, progress=False)
+    assert (tmp_path / "run" / "train.csv").read_text().count("\n") == 2  # header + the one iteration
+
+
 # ---- checkpoints
 
 

@@ -3,7 +3,8 @@
 The policy shipped with tvm-rl was trained on four zoo models. If your models look different (other blocks,
 other shapes), train one on them: register each as a zoo model (a function `size -> (nn.Module, example
 inputs)`), then PPO-train with `tvm_rl.graph.train`, and hand the checkpoint to `RLRewritePass(policy=...)`.
-The command-line equivalent for zoo models is `tvm-rl train --models NAME ... --work-dir DIR`.
+The command-line equivalent is `tvm-rl train --models NAME ... --work-dir DIR`; for models of your own, put the
+`models.register` calls in a module and add `--model-modules MODULE` (imported in every worker of `--workers N`).
 
 Training runs the rewrite environment with the roofline proxy as its cost, so it needs no kernel builds: an
 iteration on small models takes seconds to a minute on 2 cores. The run writes `policy.pt`, a resumable

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -23,6 +24,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ..errors import UnknownModelError
 from .agent import Decision, GraphActorCritic, PolicyConfig, decision_from_observation
 
 
@@ -55,6 +57,8 @@ class TrainConfig:
     workers: int = 1
     torch_threads: int = 1
     work_dir: str = "logs/graph_train"
+    # Python modules imported first, in every worker too, so models they add with `models.register` exist there.
+    model_modules: tuple[str, ...] = ()
 
 
 @dataclass
@@ -75,11 +79,22 @@ class Episode:
         return float(sum(self.rewards))
 
 
+def import_model_modules(modules: Sequence[str]) -> None:
+    """Import the modules that register the user's models; name the one that cannot be imported."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            raise ImportError(f"--model-modules: cannot import {name!r} ({err}); it must be importable from "
+                              "the current directory or PYTHONPATH") from err
+
+
 def make_env(model: str, config: TrainConfig):
     """The rewrite environment of a zoo model, with the roofline cost as reward (fast enough to train on)."""
     from .. import models
     from .env import GraphRewriteEnv
 
+    import_model_modules(config.model_modules)
     return GraphRewriteEnv(models.load(model, config.size).mod, cap=config.cap, horizon=config.horizon,
                            target=config.target)
 
@@ -240,6 +255,13 @@ CSV_FIELDS = ("iteration", "episodes", "mean_return", "mean_speedup", "best_spee
 def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
     """Train (or resume training) a policy as `config` says; returns it and leaves the files in work_dir."""
     torch.set_num_threads(config.torch_threads)
+    import_model_modules(config.model_modules)
+    from .. import models
+
+    unknown = [m for m in config.models if m not in models.names()]
+    if unknown:
+        raise UnknownModelError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(models.names())} "
+                                "(models of your own: register them in a module and pass --model-modules)")
     work = Path(config.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
@@ -249,7 +271,8 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
     ckpt_path = work / "checkpoint.pt"
     if ckpt_path.exists():  # resume where a killed run stopped
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        if ckpt["config"] != asdict(config) | {"iterations": ckpt["config"]["iterations"]}:
+        saved = asdict(TrainConfig()) | ckpt["config"]  # settings added since that run take their defaults
+        if saved != asdict(config) | {"iterations": saved["iterations"]}:
             raise ValueError(f"{ckpt_path} was written by a run with other settings; use another --work-dir")
         policy.load_state_dict(ckpt["policy"])
         optimizer.load_state_dict(ckpt["optimizer"])
