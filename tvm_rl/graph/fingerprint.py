@@ -10,6 +10,8 @@ constants are the same objects). Keys use Python's `hash` and are only meaningfu
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -96,8 +98,27 @@ def _function_key(func: relax.Function) -> int:
     return hash(tuple(parts))
 
 
+_MODULE_KEYS: OrderedDict[int, tuple[tvm.IRModule, int]] = OrderedDict()  # last few hundred modules keyed
+
+
 def module_key(mod: tvm.IRModule) -> int:
-    """A key of the whole module: Relax functions by their bindings, anything else by structural hash."""
+    """A key of the whole module: Relax functions by their bindings, anything else by structural hash.
+
+    Remembered for the last few hundred modules: candidate enumeration keys each new graph to deduplicate it,
+    and the memoised cost functions key it again. Modules are taken as immutable, as TVM's passes and our
+    rewrites treat them (each returns a new module); one changed in place after keying keeps its old key."""
+    hit = _MODULE_KEYS.get(mod.__chandle__())
+    if hit is not None:
+        _MODULE_KEYS.move_to_end(mod.__chandle__())
+        return hit[1]
+    key = _compute_module_key(mod)
+    _MODULE_KEYS[mod.__chandle__()] = (mod, key)
+    if len(_MODULE_KEYS) > 512:
+        _MODULE_KEYS.popitem(last=False)
+    return key
+
+
+def _compute_module_key(mod: tvm.IRModule) -> int:
     parts = []
     for gvar, func in sorted(mod.functions.items(), key=lambda kv: kv[0].name_hint):
         if isinstance(func, relax.Function):
