@@ -26,6 +26,17 @@ def assert_exact(mod, variants):
     assert not bad, f"rewrites changed the result: {bad}"
 
 
+def test_each_output_is_judged_at_its_own_scale():
+    """A wrong small output beside a large one is caught (a shared scale would hide it)."""
+    def body(scale_small):
+        return lambda e, x: [e(R.multiply(x, relax.const(1000.0, "float32"))),
+                             e(R.multiply(x, relax.const(scale_small, "float32")))]
+
+    mod, wrong = T.module(body(1e-3), [(4, 5)]), T.module(body(1.1e-3), [(4, 5)])
+    assert compare_variants(mod, {"same": T.module(body(1e-3), [(4, 5)])})["same"].ok
+    assert not compare_variants(mod, {"wrong": wrong})["wrong"].ok
+
+
 def check_family(name, mod, min_matches=1):
     """Apply `name` at each of its matches alone and at all of them, and check every result."""
     rule = get_rule(name)

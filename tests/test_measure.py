@@ -51,6 +51,15 @@ def test_compare_catches_nan_shape_and_count():
         measure.compare(ref[:1], ref)
 
 
+def test_compare_takes_one_tolerance_per_output():
+    ref = [np.full(3, 1000.0, np.float32), np.full(3, 1e-3, np.float32)]
+    off = [ref[0], ref[1] * 1.1]
+    assert measure.compare(off, ref, atol=[1e-1, 1e-1]).ok
+    assert not measure.compare(off, ref, atol=[1e-1, 1e-7]).ok
+    with pytest.raises(ValueError, match="2 tolerances for 1 outputs"):
+        measure.compare(ref[:1], ref[:1], atol=[1.0, 1.0])
+
+
 def test_compare_names_the_failing_output():
     ref = [np.ones(3, np.float32), np.ones(3, np.float32)]
     with pytest.raises(MismatchError, match="output 1 differs"):

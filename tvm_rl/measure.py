@@ -270,12 +270,17 @@ class Comparison:
 
 
 def compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], rtol: float = 1e-4,
-            atol: float = 1e-4) -> Comparison:
-    """Compare outputs elementwise: ok when |a - e| <= atol + rtol * |e| everywhere (numpy's allclose rule)."""
+            atol: float | Sequence[float] = 1e-4) -> Comparison:
+    """Compare outputs elementwise: ok when |a - e| <= atol + rtol * |e| everywhere (numpy's allclose rule).
+
+    `atol` is one tolerance for all outputs or one per output."""
     if len(actual) != len(expected):
         raise MismatchError(f"{len(actual)} outputs, but the reference has {len(expected)}")
+    atols = [float(atol)] * len(expected) if np.isscalar(atol) else [float(t) for t in atol]
+    if len(atols) != len(expected):
+        raise ValueError(f"{len(atols)} tolerances for {len(expected)} outputs")
     worst_abs, worst_rel, worst_i, ok = 0.0, 0.0, 0, True
-    for i, (a, e) in enumerate(zip(actual, expected)):
+    for i, (a, e, atol) in enumerate(zip(actual, expected, atols)):
         a, e = np.asarray(a), np.asarray(e)
         if a.shape != e.shape:
             raise MismatchError(f"output {i} has shape {a.shape}, the reference {e.shape}")

@@ -54,9 +54,10 @@ def run_variants(original: tvm.IRModule, variants: Mapping[str, tvm.IRModule],
 def compare_variants(original: tvm.IRModule, variants: Mapping[str, tvm.IRModule],
                      inputs: Sequence[np.ndarray] | None = None, rtol: float = 1e-4, atol: float = 1e-4,
                      target=None) -> dict[str, measure.Comparison]:
-    """Each variant's outputs against the original's; `atol` is relative to the largest output magnitude."""
+    """Each variant's outputs against the original's; `atol` is relative to each output's largest magnitude
+    (so a small output is judged at its own scale, not at a larger sibling's)."""
     inputs = random_inputs(original) if inputs is None else inputs
     outs = run_variants(original, variants, inputs, target)
     ref = outs.pop("original")
-    scale = max([float(np.max(np.abs(r))) for r in ref if r.size] + [1e-30])
-    return {k: measure.compare(out, ref, rtol=rtol, atol=atol * scale) for k, out in outs.items()}
+    atols = [atol * measure.output_scale([r]) for r in ref]
+    return {k: measure.compare(out, ref, rtol=rtol, atol=atols) for k, out in outs.items()}
