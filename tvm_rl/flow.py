@@ -128,11 +128,15 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
 
     mod = m.mod
     if rewrite:
+        from .graph.calibration import proxy_roofline
+        from .graph.cost import roofline_cost
         from .graph.rewrite_pass import RLRewritePass
 
         t = time.perf_counter()
+        # Kernels tuned by an earlier run in this work dir price the graph better than the nominal roofline.
+        proxy = roofline_cost(proxy_roofline(target, work / "tuning" / target.kind.name))
         rl = RLRewritePass(target, policy, max_steps=rewrite_steps, time_budget_s=rewrite_seconds, confirm=False,
-                           seed=seed)
+                           seed=seed, cost=proxy)
         mod = rl(mod)
         report.graph_rewrites, report.graph_reason = rl.last_report.applied, rl.last_report.reason
         seconds["graph pass"] = time.perf_counter() - t
