@@ -236,6 +236,19 @@ def test_never_slower_by_cost_without_confirmation():
     assert rewrite.last_report.reason == "the policy found no cheaper graph"
 
 
+def test_the_policy_chooses_among_the_cheapest_candidates_only():
+    mod = models.load("squeezenet1_1", "tiny").mod
+    seen = {}
+    for shortlist in (3, None):
+        policy = small_policy()
+        sizes, act = [], policy.act
+        policy.act = lambda decision, *a, **k: (sizes.append(len(decision)), act(decision, *a, **k))[1]
+        RLRewritePass(policy=policy, max_steps=2, confirm=False, shortlist=shortlist)(mod)
+        seen[shortlist] = sizes
+    assert max(seen[3]) == 3 + 1  # three candidates and "stop"
+    assert seen[None][0] > 3 + 1
+
+
 def test_seeded_runs_are_reproducible():
     mod = T.merge_matmul_graph()
     runs = [RLRewritePass(policy=small_policy(), max_steps=3, episodes=3, seed=7, confirm=False) for _ in range(2)]

@@ -55,20 +55,35 @@ def pattern_of(value) -> int:
     return PATTERNS.get(op_name(value) or "", OPAQUE)
 
 
-def inputs_of(value) -> list:
-    """The Vars and constants a binding reads (fields of an inline tuple argument included)."""
+_INPUTS: dict[int, tuple[object, tuple]] = {}  # by the value's address; the entry keeps the value alive
+
+
+def inputs_of(value) -> tuple:
+    """The Vars and constants a binding reads (fields of an inline tuple argument included).
+
+    Remembered per value object: the candidates of one step share almost all their bindings, and reading
+    arguments through TVM's FFI is what pricing a graph spends most of its time on."""
+    hit = _INPUTS.get(value.__chandle__())
+    if hit is None:
+        if len(_INPUTS) > 200_000:
+            _INPUTS.clear()
+        hit = _INPUTS[value.__chandle__()] = (value, _read_inputs(value))
+    return hit[1]
+
+
+def _read_inputs(value) -> tuple:
     if isinstance(value, Call):
         out = []
         for a in value.args:
             out.extend(a.fields if isinstance(a, Tuple) else [a])
-        return [a for a in out if isinstance(a, (Var, GenericConst))]
+        return tuple(a for a in out if isinstance(a, (Var, GenericConst)))
     if isinstance(value, Tuple):
-        return [f for f in value.fields if isinstance(f, (Var, GenericConst))]
+        return tuple(f for f in value.fields if isinstance(f, (Var, GenericConst)))
     if isinstance(value, TupleGetItem):
-        return [value.tuple_value]
+        return (value.tuple_value,)
     if isinstance(value, Var):
-        return [value]
-    return []
+        return (value,)
+    return ()
 
 
 # Operators that read only their input's shape: legalised, their kernel has no tensor inputs at all.

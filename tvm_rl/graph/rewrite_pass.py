@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+import torch
 
 import tvm
 from tvm import relax
@@ -61,18 +62,23 @@ class RewriteReport:
 
 def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn, hardware: costs.Roofline,
             rules: Sequence[Rule], max_steps: int, rng: np.random.Generator | None, deadline: float,
-            cap: int | None = None) -> tuple[tvm.IRModule, float, list[str], int]:
+            cap: int | None = None, shortlist: int | None = None) -> tuple[tvm.IRModule, float, list[str], int]:
     """One episode of the policy from `mod` (greedy when `rng` is None); returns the cheapest graph on the
-    way (possibly `mod`), its cost, the rewrites leading to it, and the steps taken."""
+    way (possibly `mod`), its cost, the rewrites leading to it, and the steps taken. With `shortlist`, the
+    policy sees only that many candidates, the cheapest by `cost` (ties in candidate order), and "stop"."""
     current, rt0 = mod, cost(mod)
     best, best_cost, best_path, path = mod, rt0, [], []
     steps = 0
     while steps < max_steps and time.perf_counter() < deadline:
-        cands = enumerate_candidates(current, rules, cap=cap, check=False, strict=False)
-        if not len(cands):
+        cands = list(enumerate_candidates(current, rules, cap=cap, check=False, strict=False))
+        if not cands:
             break
+        costs_ = [cost(c.mod) for c in cands]
+        if shortlist is not None and len(cands) > shortlist:
+            keep = sorted(sorted(range(len(cands)), key=lambda i: costs_[i])[:shortlist])
+            cands, costs_ = [cands[i] for i in keep], [costs_[i] for i in keep]
         graphs = [c.mod for c in cands] + [current]
-        feats = np.stack([global_features(cost(g), rt0) for g in graphs])
+        feats = np.stack([global_features(c, rt0) for c in costs_ + [cost(current)]])
         decision = Decision([encode(g, hardware) for g in graphs], feats, np.arange(len(graphs)))
         row, _, _, _ = policy.act(decision, rng, greedy=rng is None)
         steps += 1
@@ -96,14 +102,16 @@ class RLRewritePass:
     `database`: MetaSchedule database whose tuned kernels both builds use (on CPU untuned kernels are naive
     loops). cost: the cost function steering the search (default: the roofline proxy for `target`, fitted to
     `database`'s tuned kernels when it has any: `calibration.proxy_roofline`).
+    cap: candidates enumerated per step (None: all). shortlist: the policy chooses among this many of them,
+    the cheapest by `cost` (None: all); encoding every candidate is most of a step's time on full-size models.
     measure_fn: replaces the end-to-end measurement (IRModule -> ms); tests use it.
     """
 
     def __init__(self, target: tvm.target.Target | str = "llvm", policy: GraphActorCritic | str | Path | None = None,
                  max_steps: int = 20, time_budget_s: float | None = 10.0, episodes: int = 1, confirm: bool = True,
                  database=None, repeat: int = 10, cost: costs.CostFn | None = None,
-                 rules: Sequence[Rule] | None = None, cap: int | None = None, seed: int = 0,
-                 measure_fn: Callable[[tvm.IRModule], float] | None = None):
+                 rules: Sequence[Rule] | None = None, cap: int | None = None, shortlist: int | None = 16,
+                 seed: int = 0, measure_fn: Callable[[tvm.IRModule], float] | None = None):
         if max_steps < 0 or episodes < 1:
             raise ValueError(f"need max_steps >= 0 and episodes >= 1, got {max_steps} and {episodes}")
         self.target = measure.parse_target(target)
@@ -113,10 +121,20 @@ class RLRewritePass:
         self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
         self.confirm, self.database, self.repeat = confirm, database, repeat
         self.rules = all_rules() if rules is None else list(rules)
-        self.cap, self.seed, self.measure_fn = cap, seed, measure_fn
+        self.cap, self.shortlist, self.seed, self.measure_fn = cap, shortlist, seed, measure_fn
         self.last_report: RewriteReport | None = None
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        # The policy's tensors are small (hundreds of nodes a graph): one thread is as fast, and with two a busy
+        # core stalls every op (a step took twice as long beside another job on this 2-core machine).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._rewrite(mod)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _rewrite(self, mod: tvm.IRModule) -> tvm.IRModule:
         report = RewriteReport()
         self.last_report = report
         start = time.perf_counter()
@@ -133,7 +151,7 @@ class RLRewritePass:
             if episode and time.perf_counter() >= deadline:
                 break
             graph, c, path, steps = rollout(mod, self.policy, self.cost, self.hardware, self.rules, self.max_steps,
-                                            None if episode == 0 else rng, deadline, self.cap)
+                                            None if episode == 0 else rng, deadline, self.cap, self.shortlist)
             report.episodes += 1
             report.steps += steps
             if c < best_cost:
