@@ -31,7 +31,7 @@ from tvm.ir import Call, GenericConst, Tuple, TupleGetItem, Var
 from .. import measure
 from ..errors import BuildError
 from . import fusion
-from .fingerprint import module_key, same_graph
+from .fingerprint import module_key
 from .rules.ir import Graph, op_name, static_shape
 
 CostFn = Callable[[tvm.IRModule], float]
@@ -165,7 +165,7 @@ def _nbytes(ty) -> int:
 # Keys are looked up by object address (TVM's `==` on expressions is slow: it first asks whether they are
 # PrimExprs); each entry keeps its key's objects alive, so an address is never reused while cached.
 _MEMO: dict = {}
-_MEMO_LIMIT = 200_000
+_MEMO_LIMIT = 50_000
 
 
 def _ident(x):
@@ -187,14 +187,14 @@ _GRAPHS: OrderedDict = OrderedDict()
 
 
 def graph_of(mod: tvm.IRModule) -> Graph:
-    """`Graph(mod)`, shared by the encoder and the cost model for the last few hundred modules seen."""
+    """`Graph(mod)`, shared by the encoder and the cost model for the last 128 modules seen."""
     key = mod.__chandle__()
     hit = _GRAPHS.get(key)
     if hit is not None and hit.mod.same_as(mod):
         _GRAPHS.move_to_end(key)
         return hit
     g = _GRAPHS[key] = Graph(mod)
-    if len(_GRAPHS) > 512:
+    if len(_GRAPHS) > 128:
         _GRAPHS.popitem(last=False)
     return g
 
@@ -484,31 +484,28 @@ def end_to_end_ms(mod: tvm.IRModule, target: tvm.target.Target | str, inputs: Se
 class Memo:
     """A cost function memoised by graph key (search and the environment revisit graphs).
 
-    It keeps the last `max_graphs` graphs it costed (least recently used dropped first): the memo holds each
-    graph to confirm a key match by structural equality, and on full-size models every candidate carries its
-    own folded weights, so an unbounded memo grew past 15 GB over one greedy search on BERT-base."""
+    Only keys and values are kept (the last `max_graphs`, least recently used dropped first), never the
+    graphs: on full-size models every candidate carries its own folded weights, and a memo that held its
+    graphs grew past 15 GB over one search. Keys are `module_key`'s 64-bit hashes; two different graphs
+    sharing one (odds of about 1e-10 over a search's 1e4 graphs) would share a cost, and the measured
+    guards (`search.confirm`, `RLRewritePass(confirm=True)`) still stand between that and the user."""
 
-    def __init__(self, fn: CostFn, max_graphs: int = 512):
+    def __init__(self, fn: CostFn, max_graphs: int = 100_000):
         self.fn = fn
         self.max_graphs = max_graphs
-        self.values: OrderedDict[int, list[tuple[tvm.IRModule, float]]] = OrderedDict()
+        self.values: OrderedDict[int, float] = OrderedDict()
         self.calls = 0
-        self._size = 0
 
     def __call__(self, mod: tvm.IRModule) -> float:
         key = module_key(mod)
-        for seen, value in self.values.get(key, ()):
-            if same_graph(seen, mod):
-                self.values.move_to_end(key)
-                return value
+        value = self.values.get(key)
+        if value is not None:
+            self.values.move_to_end(key)
+            return value
         self.calls += 1
-        value = float(self.fn(mod))
-        self.values.setdefault(key, []).append((mod, value))
-        self.values.move_to_end(key)
-        self._size += 1
-        while self._size > self.max_graphs:
-            _, dropped = self.values.popitem(last=False)
-            self._size -= len(dropped)
+        value = self.values[key] = float(self.fn(mod))
+        if len(self.values) > self.max_graphs:
+            self.values.popitem(last=False)
         return value
 
 

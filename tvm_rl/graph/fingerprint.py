@@ -98,13 +98,13 @@ def _function_key(func: relax.Function) -> int:
     return hash(tuple(parts))
 
 
-_MODULE_KEYS: OrderedDict[int, tuple[tvm.IRModule, int]] = OrderedDict()  # last few hundred modules keyed
+_MODULE_KEYS: OrderedDict[int, tuple[tvm.IRModule, int]] = OrderedDict()  # the last 128 modules keyed
 
 
 def module_key(mod: tvm.IRModule) -> int:
     """A key of the whole module: Relax functions by their bindings, anything else by structural hash.
 
-    Remembered for the last few hundred modules: candidate enumeration keys each new graph to deduplicate it,
+    Remembered for the last 128 modules (two steps' candidates; each module may hold large folded weights): candidate enumeration keys each new graph to deduplicate it,
     and the memoised cost functions key it again. Modules are taken as immutable, as TVM's passes and our
     rewrites treat them (each returns a new module); one changed in place after keying keeps its old key."""
     hit = _MODULE_KEYS.get(mod.__chandle__())
@@ -113,7 +113,7 @@ def module_key(mod: tvm.IRModule) -> int:
         return hit[1]
     key = _compute_module_key(mod)
     _MODULE_KEYS[mod.__chandle__()] = (mod, key)
-    if len(_MODULE_KEYS) > 512:
+    if len(_MODULE_KEYS) > 128:
         _MODULE_KEYS.popitem(last=False)
     return key
 

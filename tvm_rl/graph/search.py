@@ -19,7 +19,7 @@ import tvm
 
 from .candidates import enumerate_candidates
 from .cost import CostFn, Memo
-from .fingerprint import module_key, same_graph
+from .fingerprint import module_key
 from .rules import Rule, all_rules
 
 
@@ -95,7 +95,7 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
     """TASO's cost-based backtracking search.
 
     A priority queue of graphs by cost, starting from `mod`; each of `budget` expansions pops the cheapest
-    graph and enqueues every candidate not seen before (by structural hash and equality) whose cost is below
+    graph and enqueues every candidate not seen before (by `module_key`) whose cost is below
     `alpha` x the best cost so far; alpha > 1 lets it pass through slightly slower graphs. Returns the best
     graph seen, which is `mod` itself when nothing is cheaper.
     """
@@ -107,27 +107,30 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
     cost, rules = _setup(cost, rules)
     initial = cost(mod)
     tie = itertools.count()  # equal costs pop in insertion order: deterministic
-    queue = [(initial, next(tie), mod, [])]
-    seen: dict[int, list[tvm.IRModule]] = {module_key(mod): [mod]}
+    # A queued graph is kept as (parent, rule, match) and rebuilt when popped: on full-size models each
+    # candidate carries its own folded weights, and holding every queued graph exhausted 24 GB on VGG-16.
+    # Parents are graphs already expanded (at most `budget` of them). Graphs seen are remembered by key only.
+    queue = [(initial, next(tie), None, None, [])]
+    seen = {module_key(mod)}
     best = (initial, mod, [])
     expansions = evaluations = 0
     while queue and expansions < budget:
-        c, _, graph, history = heapq.heappop(queue)
+        c, _, parent, step, history = heapq.heappop(queue)
         if c > alpha * best[0]:
             continue  # the bound tightened since it was queued
+        graph = mod if parent is None else step[0].apply(parent, step[1], check=check)
         expansions += 1
         for cand in enumerate_candidates(graph, rules, cap=cap, check=check, strict=False):
-            same = seen.setdefault(cand.key, [])
-            if any(same_graph(m, cand.mod) for m in same):
+            if cand.key in seen:
                 continue
-            same.append(cand.mod)
+            seen.add(cand.key)
             new_cost = cost(cand.mod)
             evaluations += 1
             path = history + [str(cand.match)]
             if new_cost < best[0]:
                 best = (new_cost, cand.mod, path)
             if new_cost < alpha * best[0]:
-                heapq.heappush(queue, (new_cost, next(tie), cand.mod, path))
+                heapq.heappush(queue, (new_cost, next(tie), graph, (cand.rule, cand.match), path))
     return SearchResult(best[1], best[0], initial, best[2], expansions, evaluations, time.perf_counter() - start)
 
 
