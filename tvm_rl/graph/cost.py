@@ -165,7 +165,7 @@ def _nbytes(ty) -> int:
 # Keys are looked up by object address (TVM's `==` on expressions is slow: it first asks whether they are
 # PrimExprs); each entry keeps its key's objects alive, so an address is never reused while cached.
 _MEMO: dict = {}
-_MEMO_LIMIT = 50_000
+_MEMO_LIMIT = 8192  # entries hold bindings and their constants: keep a few steps' worth
 
 
 def _ident(x):

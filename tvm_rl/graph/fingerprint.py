@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
+
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -19,17 +21,32 @@ from tvm.ir import Call, GenericConst, Op, Tuple, TupleGetItem, Var
 
 # Caches keyed by the TVM object's address, each entry holding the object so the address stays unique. (Keyed
 # by the object itself, every lookup through a new Python wrapper of the same node calls TVM's slow `==`.)
+# Entries hold objects that hold weights, so the caches are bounded: a search on a full-size model makes a new
+# folded weight for most candidates, and caches sized by entry count alone kept gigabytes of them alive.
 _CONST_HASHES: dict[int, tuple[GenericConst, int]] = {}
-_MAX_CONSTS = 50_000
+_CONST_BYTES = [0]
+_MAX_CONST_BYTES = 1 << 30
+_MAX_TEMPLATES = 4096
+
+
+def _const_nbytes(const: GenericConst) -> int:
+    value = const.value
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return 0
+    return int(np.prod([int(d) for d in shape], dtype=np.int64)) * tvm.DataType(str(value.dtype)).itemsize
 
 
 def const_key(const: GenericConst) -> int:
     """A hash of the constant's type and contents, computed once per constant object."""
     hit = _CONST_HASHES.get(const.__chandle__())
     if hit is None:
-        if len(_CONST_HASHES) >= _MAX_CONSTS:  # bound memory on long runs; recomputing is only slower
+        nbytes = _const_nbytes(const)
+        if _CONST_BYTES[0] + nbytes > _MAX_CONST_BYTES:  # recomputing is only slower
             _CONST_HASHES.clear()
+            _CONST_BYTES[0] = 0
         hit = _CONST_HASHES[const.__chandle__()] = (const, tvm_ffi.structural_hash(const))
+        _CONST_BYTES[0] += nbytes
     return hit[1]
 
 
@@ -69,7 +86,7 @@ def _template(value) -> tuple[int, tuple[str, ...]]:
                     names.append(name)
                 return placeholders[name]
 
-        if len(_TEMPLATES) >= _MAX_CONSTS:
+        if len(_TEMPLATES) >= _MAX_TEMPLATES:
             _TEMPLATES.clear()
         hit = _TEMPLATES[value.__chandle__()] = (value, (hash(expr_key(value, _Positions())), tuple(names)))
     return hit[1]

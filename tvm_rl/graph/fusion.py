@@ -65,7 +65,7 @@ def inputs_of(value) -> tuple:
     arguments through TVM's FFI is what pricing a graph spends most of its time on."""
     hit = _INPUTS.get(value.__chandle__())
     if hit is None:
-        if len(_INPUTS) > 200_000:
+        if len(_INPUTS) > 4096:  # entries hold bindings and their constants: keep about a step's worth
             _INPUTS.clear()
         hit = _INPUTS[value.__chandle__()] = (value, _read_inputs(value))
     return hit[1]

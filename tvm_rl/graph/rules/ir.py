@@ -110,6 +110,8 @@ def const(array: np.ndarray, dtype: str) -> GenericConst:
 
 _ARRAYS: OrderedDict = OrderedDict()  # constant handle -> (the constant, its read-only numpy copy)
 _ARRAYS_LIMIT = 512
+_ARRAYS_BYTES = [0]
+_ARRAYS_MAX_BYTES = 2 << 30
 
 
 def constant_array(c: GenericConst) -> np.ndarray | None:
@@ -129,8 +131,10 @@ def constant_array(c: GenericConst) -> np.ndarray | None:
     array = value.numpy()
     array.flags.writeable = False
     _ARRAYS[key] = (c, array)
-    if len(_ARRAYS) > _ARRAYS_LIMIT:
-        _ARRAYS.popitem(last=False)
+    _ARRAYS_BYTES[0] += array.nbytes
+    # Bounded by count and by bytes: each entry keeps its weight alive twice (in TVM and as numpy).
+    while len(_ARRAYS) > 1 and (len(_ARRAYS) > _ARRAYS_LIMIT or _ARRAYS_BYTES[0] > _ARRAYS_MAX_BYTES):
+        _ARRAYS_BYTES[0] -= _ARRAYS.popitem(last=False)[1][1].nbytes
     return array
 
 
