@@ -1,4 +1,6 @@
 """Graph agent: encoder, actor-critic, PPO training and RLRewritePass."""
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -138,11 +140,15 @@ def test_worker_processes_see_models_registered_by_the_users_module(tmp_path, mo
         "from tvm_rl.models.registry import register, spec\n"
         "register('my_squeezenet', 'cnn', 'a user model')(lambda size: spec('squeezenet1_1').build(size))\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # spawned workers start with the parent's sys.path
+    from tvm_rl.models import registry
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # the parent's registration goes away
+    monkeypatch.delitem(sys.modules, "my_zoo", raising=False)
     config = TrainConfig(models=("my_squeezenet",), model_modules=("my_zoo",), workers=2, iterations=1,
                          episodes_per_iteration=2, horizon=2, cap=8, hidden=16, gat_layers=1,
                          imitation_episodes=0, work_dir=str(tmp_path / "run"))
     train(config, progress=False)
     assert (tmp_path / "run" / "train.csv").read_text().count("\n") == 2  # header + the one iteration
+    sys.modules.pop("my_zoo", None)
 
 
 # ---- checkpoints
