@@ -16,6 +16,8 @@ def test_kernels_are_classified_by_their_blocks():
     assert calibration.tir_kind(["T_subtract", "T_divide", "T_multiply", "T_add", "compute"]) == "elementwise"
     # the Relax side names an inference batch norm the same way, so both sides share one roofline
     assert cost.op_kind("relax.nn.batch_norm") == "elementwise" and cost.op_kind("relax.nn.layer_norm") == "reduce"
+    assert calibration.tir_kind(["T_divide", "lv88_red"]) == "reduce"
+    assert cost.op_kind("relax.max") == "reduce" and cost.op_kind("relax.maximum") == "elementwise"
 
 
 def test_fit_recovers_the_rooflines_of_known_kernels():

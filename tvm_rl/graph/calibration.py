@@ -24,17 +24,8 @@ _BLOCK = re.compile(r'T\.s?block\("([^"]+)"')
 
 
 def tir_kind(block_names: list[str]) -> str:
-    """The kind (`cost.KINDS`) of a kernel from its TIR blocks' names, as `cost.op_kind` names Relax ops."""
-    names = " ".join(block_names).lower()
-    if "conv" in names:
-        return "conv"
-    if "matmul" in names or "dense" in names:
-        return "matmul"
-    if "pool" in names:
-        return "pool"
-    if any(k in names for k in ("softmax", "layer_norm", "group_norm", "rms_norm", "_red", "mean", "_sum")):
-        return "reduce"
-    return "elementwise"
+    """The kind (`cost.KINDS`) of a kernel from its TIR blocks' names, named as `cost.op_kind` names Relax ops."""
+    return cost.op_kind(" ".join(block_names))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,9 +63,15 @@ class Hardware:
 KINDS = ("conv", "matmul", "pool", "reduce", "elementwise")
 
 
+# Reductions by name: softmax and the norms, or sum/max/min/prod/red as a whole word ("relax.max", "lv4_sum",
+# "lv88_red"), not inside one ("relax.maximum" is element-wise).
+_REDUCE = re.compile(r"softmax|norm|mean|variance|(?:^|[ ._])(?:sum|max|min|prod|red)(?:$|[ ._\d])")
+
+
 def op_kind(name: str) -> str:
-    """The kind of a Relax operator or a lowered kernel's name ("fused_conv2d3_add1_relu1" -> "conv"):
-    kernels of one kind reach similar fractions of peak, so each kind may get its own roofline."""
+    """The kind of a Relax operator, a lowered kernel's name ("fused_conv2d3_add1_relu1" -> "conv") or a
+    kernel's TIR block names joined by spaces: kernels of one kind reach similar fractions of peak, so each
+    kind may get its own roofline."""
     name = name.lower()
     if "conv" in name:
         return "conv"
@@ -74,7 +81,7 @@ def op_kind(name: str) -> str:
         return "pool"
     if "batch_norm" in name:  # at inference a per-channel scale and shift: element-wise
         return "elementwise"
-    if any(k in name for k in ("softmax", "norm", "mean", "sum", "variance", "max", "min")):
+    if _REDUCE.search(name):
         return "reduce"
     return "elementwise"
 
