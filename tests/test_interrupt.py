@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 TOPHUB = REPO.parent / "shared" / "tophub"
 # Small PPO rounds (--walks, --evaluations): the default ones take tens of seconds each on two cores.
-TRIALS, PER_ITER = 6, 2
+TRIALS, PER_ITER = 10, 2  # five batches: a first record written late (failed trials before it) still leaves some
 
 
 def command(work_dir: Path) -> list[str]:
