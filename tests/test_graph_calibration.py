@@ -33,6 +33,8 @@ def test_fit_recovers_the_rooflines_of_known_kernels():
 def test_without_tuned_kernels_the_proxy_keeps_the_nominal_roofline(cpu, tmp_path):
     assert calibration.proxy_roofline(cpu) == cost.default_hardware(cpu)
     assert calibration.proxy_roofline(cpu, tmp_path) == cost.default_hardware(cpu)  # no database there
+    from tvm.s_tir import meta_schedule as ms
+    assert calibration.proxy_roofline(cpu, ms.database.MemoryDatabase()) == cost.default_hardware(cpu)
 
 
 @pytest.mark.slow

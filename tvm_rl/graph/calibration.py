@@ -114,6 +114,8 @@ def proxy_roofline(target: tvm.target.Target | str, database=None) -> cost.Roofl
     if database is None:
         return cost.default_hardware(target)
     path = getattr(database, "path_tuning_record", None)
+    if path is None and not isinstance(database, (str, Path)):
+        return cost.default_hardware(target)  # a database with no files (in memory): nothing to read
     work_dir = Path(str(path)).parent if path else Path(database)
     records = work_dir / "database_tuning_record.json"
     if not records.exists() or records.stat().st_size == 0:
