@@ -28,6 +28,14 @@ def tir_kind(block_names: list[str]) -> str:
     return cost.op_kind(" ".join(block_names))
 
 
+def _records(work_dir: str | Path) -> Path:
+    """The tuning-record file of the JSON database in `work_dir`, or an error naming the directory."""
+    records = Path(work_dir) / "database_tuning_record.json"
+    if not records.exists():
+        raise FileNotFoundError(f"no MetaSchedule database in {work_dir} (database_tuning_record.json missing)")
+    return records
+
+
 @dataclass(frozen=True)
 class TunedKernel:
     """One tuned workload: its kind, FLOPs, bytes moved and best measured latency (ms)."""
@@ -43,9 +51,7 @@ def tuned_kernels(work_dir: str | Path) -> list[TunedKernel]:
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    work_dir = Path(work_dir)
-    if not (work_dir / "database_tuning_record.json").exists():
-        raise FileNotFoundError(f"no MetaSchedule database in {work_dir} (database_tuning_record.json missing)")
+    work_dir = _records(work_dir).parent
     db = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     best: dict = {}
     for record in db.get_all_tuning_records():
@@ -85,10 +91,8 @@ def tuned_roofline(work_dir: str | Path, target: tvm.target.Target | str | None 
 
     `target` (a database holds one target's kernels) is written into the cache for whoever reads it.
     """
-    work_dir = Path(work_dir)
-    records = work_dir / "database_tuning_record.json"
-    if not records.exists():
-        raise FileNotFoundError(f"no MetaSchedule database in {work_dir} (database_tuning_record.json missing)")
+    records = _records(work_dir)
+    work_dir = records.parent
     stamp = records.stat().st_size
     path = work_dir / "roofline.json"
     if path.exists():
