@@ -81,14 +81,14 @@ def main() -> None:
         variants["relax_builtin"] = (search.tvm_builtin(model.mod), time.perf_counter() - start,
                                      list(search.TVM_BUILTIN_PASSES))
         guard = not (args.no_measure or args.no_confirm)
-        measure_fn = None if args.no_measure else variant_measure(model, target, args)
+        measure_pair = None if args.no_measure else variant_measure(model, target, args)
         r = search.greedy(model.mod, fn, cap=args.cap, max_steps=args.greedy_steps)
-        variants["greedy"] = confirmed(r, model.mod, measure_fn, guard)
+        variants["greedy"] = confirmed(r, model.mod, measure_pair, guard)
         r = search.backtracking(model.mod, fn, alpha=args.alpha, budget=args.budget, cap=args.cap)
-        variants["backtracking"] = confirmed(r, model.mod, measure_fn, guard)
+        variants["backtracking"] = confirmed(r, model.mod, measure_pair, guard)
         rl = RLRewritePass(target, policy, max_steps=args.steps, episodes=args.episodes, cap=args.cap,
                            time_budget_s=args.time_budget, database=database, cost=fn, confirm=guard,
-                           measure_fn=measure_fn)
+                           measure_pair=measure_pair)
         rewritten = rl(model.mod)
         report = rl.last_report
         variants["rl"] = (rewritten, report.seconds, report.applied)

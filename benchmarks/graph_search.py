@@ -55,11 +55,12 @@ def check_tuning_args(ap: argparse.ArgumentParser, args) -> None:
         ap.error("--tune-trials needs --database WORK_DIR, the work dir the new kernels are tuned into")
 
 
-def variant_measure(model, target, args):
-    """IRModule -> measured ms, as the table measures it (tuning the graph's kernels first with --tune-trials)."""
+def variant_measure(model, target, args) -> cost.PairMeasure:
+    """(original, graph) -> both measured side by side on the model's inputs, as the table measures them (their
+    kernels tuned first with --tune-trials)."""
     if args.tune_trials:
-        return cost.tuned_end_to_end_cost(target, model.inputs, args.database, args.tune_trials, repeat=args.repeat)
-    return cost.end_to_end_cost(target, model.inputs, open_database_arg(args.database), repeat=args.repeat)
+        return cost.tuned_pair_measure(target, model.inputs, args.database, args.tune_trials, repeat=args.repeat)
+    return cost.pair_measure(target, model.inputs, open_database_arg(args.database), repeat=args.repeat)
 
 
 def tuner(target, args):
@@ -71,10 +72,10 @@ def tuner(target, args):
     return lambda mod: tune_model(mod, target, args.database, trials_per_kernel=args.tune_trials)[0]
 
 
-def confirmed(r: search.SearchResult, original: tvm.IRModule, measure_fn, enabled: bool) -> tuple:
+def confirmed(r: search.SearchResult, original: tvm.IRModule, measure_pair, enabled: bool) -> tuple:
     """(graph, search seconds, rewrites, guard note) of a search result, after the measured guard if enabled."""
     if enabled:
-        r = search.confirm(r, original, measure_fn)
+        r = search.confirm(r, original, measure_pair)
     note = None if r.measured_ms is None else {"measured_before_ms": r.measured_ms[0],
                                                 "measured_after_ms": r.measured_ms[1], "kept": r.kept}
     return r.mod, r.seconds, r.applied, note
@@ -153,11 +154,11 @@ def main() -> None:
         start = time.perf_counter()
         variants["relax_builtin"] = (search.tvm_builtin(model.mod), time.perf_counter() - start,
                                      list(search.TVM_BUILTIN_PASSES))
-        measure_fn = variant_measure(model, target, args)
+        measure_pair = variant_measure(model, target, args)
         r = search.greedy(model.mod, fn, cap=args.cap)
-        variants["greedy"] = confirmed(r, model.mod, measure_fn, not args.no_confirm)
+        variants["greedy"] = confirmed(r, model.mod, measure_pair, not args.no_confirm)
         r = search.backtracking(model.mod, fn, alpha=args.alpha, budget=args.budget, cap=args.cap)
-        variants["backtracking"] = confirmed(r, model.mod, measure_fn, not args.no_confirm)
+        variants["backtracking"] = confirmed(r, model.mod, measure_pair, not args.no_confirm)
         rows = measure_variants(model, variants, target, database, args.repeat, fn, tuner(target, args))
         results[name] = rows
         print(f"{name}: " + ", ".join(f"{k} {v['latency_ms']:.3f} ms ({v['speedup']:.2f}x)" for k, v in rows.items()),

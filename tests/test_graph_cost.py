@@ -126,3 +126,12 @@ def test_memo_is_bounded_and_keeps_recent_graphs():
     assert len(calls) == 3  # recent: still remembered
     fn(graphs[0])
     assert len(calls) == 4  # the oldest was dropped
+
+
+def test_pair_measure_times_both_graphs_side_by_side(cpu):
+    mod = T.merge_matmul_graph()
+    built = []
+    measure_both = cost.pair_measure(cpu, repeat=3, tune=lambda m: built.append(m))  # `tune` sees each side
+    before, after = measure_both(mod, mod)
+    assert before > 0 and after > 0
+    assert len(built) == 2 and all(m is mod for m in built)

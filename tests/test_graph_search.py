@@ -81,10 +81,10 @@ def test_confirm_keeps_a_graph_only_when_it_measures_faster():
     r = search.greedy(mod, cost.roofline_cost(HW))
     assert r.applied
     # A measurement that disagrees with the proxy: the searched graph is slower, so the input comes back.
-    slower = search.confirm(r, mod, lambda m: 2.0 if m is r.mod else 1.0)
+    slower = search.confirm(r, mod, lambda a, b: (1.0, 2.0))
     assert slower.mod is mod and slower.applied == [] and not slower.kept
     assert slower.measured_ms == (1.0, 2.0) and slower.cost == r.initial_cost
-    faster = search.confirm(r, mod, lambda m: 0.5 if m is r.mod else 1.0)
+    faster = search.confirm(r, mod, lambda a, b: (1.0, 0.5))
     assert faster.mod is r.mod and faster.applied == r.applied and faster.kept and faster.measured_ms == (1.0, 0.5)
     unchanged = search.backtracking(mod, lambda m: 1.0, budget=2)
-    assert search.confirm(unchanged, mod, lambda m: 1 / 0) is unchanged  # nothing to confirm, nothing measured
+    assert search.confirm(unchanged, mod, lambda a, b: 1 / 0) is unchanged  # nothing to confirm, nothing measured

@@ -36,6 +36,8 @@ from .fingerprint import module_key
 from .rules.ir import Graph, op_name, static_shape
 
 CostFn = Callable[[tvm.IRModule], float]
+# (before, after) -> their end-to-end medians in ms, measured side by side: what the never-slower guards use.
+PairMeasure = Callable[[tvm.IRModule, tvm.IRModule], tuple[float, float]]
 
 DEFAULT_CACHE_DIR = Path(os.environ.get("TVM_RL_KERNEL_COST_DIR",
                                         Path(__file__).resolve().parents[2] / "logs" / "kernel_cost"))
@@ -530,6 +532,40 @@ def end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.ndarray
                     repeat: int = 10) -> CostFn:
     """The measured end-to-end median as a cost function, memoised."""
     return Memo(lambda mod: end_to_end_ms(mod, target, inputs, database, repeat).median_ms)
+
+
+def pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndarray] | None = None, database=None,
+                 repeat: int = 10, tune: Callable[[tvm.IRModule], object] | None = None) -> PairMeasure:
+    """(before, after) -> end-to-end medians, both built with the same schedules and timed in alternating rounds.
+
+    Measured apart, the two sides of a guard see different load and machine state: ResNet-18's input timed
+    alone early in a benchmark run measured 143 ms, and 129 ms in rounds beside its rewritten graph, which
+    passed a graph 4% slower as 12% faster. `inputs`: default `verify.random_inputs(before)`. `tune(mod) ->
+    database`, when given, tunes each side's kernels first and builds with the database it returns.
+    """
+    target = measure.parse_target(target)
+
+    def measure_both(before: tvm.IRModule, after: tvm.IRModule) -> tuple[float, float]:
+        from .verify import random_inputs
+
+        runners = {}
+        for key, mod in (("before", before), ("after", after)):
+            db = tune(mod) if tune is not None else database
+            runners[key] = measure.Runner(measure.build(mod, target, db), target)
+        timings = measure.time_interleaved(runners, random_inputs(before) if inputs is None else inputs,
+                                           repeat=repeat)
+        return timings["before"].median_ms, timings["after"].median_ms
+
+    return measure_both
+
+
+def tuned_pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndarray] | None, work_dir: str | Path,
+                       trials_per_kernel: int = 16, repeat: int = 10, **tune_options) -> PairMeasure:
+    """`pair_measure` after tuning both graphs' kernels into `work_dir` (see `tuned_end_to_end_cost` for why)."""
+    from ..tune import tune_model
+
+    return pair_measure(target, inputs, repeat=repeat, tune=lambda mod: tune_model(
+        mod, target, work_dir, trials_per_kernel=trials_per_kernel, **tune_options)[0])
 
 
 def tuned_end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.ndarray], work_dir: str | Path,

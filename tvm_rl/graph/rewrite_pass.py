@@ -17,7 +17,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -104,14 +104,15 @@ class RLRewritePass:
     `database`'s tuned kernels when it has any: `calibration.proxy_roofline`).
     cap: candidates enumerated per step (None: all). shortlist: the policy chooses among this many of them,
     the cheapest by `cost` (None: all); encoding every candidate is most of a step's time on full-size models.
-    measure_fn: replaces the end-to-end measurement (IRModule -> ms); tests use it.
+    measure_pair: replaces the confirmation's measurement ((input, result) -> their ms, timed side by side as
+    `cost.pair_measure` does; e.g. `cost.tuned_pair_measure` to tune new kernels first).
     """
 
     def __init__(self, target: tvm.target.Target | str = "llvm", policy: GraphActorCritic | str | Path | None = None,
                  max_steps: int = 20, time_budget_s: float | None = 10.0, episodes: int = 1, confirm: bool = True,
                  database=None, repeat: int = 10, cost: costs.CostFn | None = None,
                  rules: Sequence[Rule] | None = None, cap: int | None = None, shortlist: int | None = 16,
-                 seed: int = 0, measure_fn: Callable[[tvm.IRModule], float] | None = None):
+                 seed: int = 0, measure_pair: costs.PairMeasure | None = None):
         if max_steps < 0 or episodes < 1:
             raise ValueError(f"need max_steps >= 0 and episodes >= 1, got {max_steps} and {episodes}")
         self.target = measure.parse_target(target)
@@ -121,7 +122,8 @@ class RLRewritePass:
         self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
         self.confirm, self.database, self.repeat = confirm, database, repeat
         self.rules = all_rules() if rules is None else list(rules)
-        self.cap, self.shortlist, self.seed, self.measure_fn = cap, shortlist, seed, measure_fn
+        self.cap, self.shortlist, self.seed = cap, shortlist, seed
+        self.measure_pair = measure_pair or costs.pair_measure(self.target, database=database, repeat=repeat)
         self.last_report: RewriteReport | None = None
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
@@ -165,7 +167,7 @@ class RLRewritePass:
             return mod
         if self.confirm:
             t0 = time.perf_counter()
-            report.initial_ms, report.final_ms = self._measure_pair(mod, best)
+            report.initial_ms, report.final_ms = map(float, self.measure_pair(mod, best))
             report.confirm_seconds = time.perf_counter() - t0
             if report.final_ms >= report.initial_ms:
                 report.reason = (f"rewritten graph measured {report.final_ms:.4g} ms, not faster than the input's "
@@ -192,14 +194,3 @@ class RLRewritePass:
                     "need static shapes (bind them, e.g. with relax.transform.BindSymbolicVars)")
         return ""
 
-    def _measure_pair(self, before: tvm.IRModule, after: tvm.IRModule) -> tuple[float, float]:
-        """End-to-end medians of input and result, timed in alternating rounds (or by `measure_fn`)."""
-        if self.measure_fn is not None:
-            return float(self.measure_fn(before)), float(self.measure_fn(after))
-        from .verify import random_inputs
-
-        inputs = random_inputs(before)
-        runners = {k: measure.Runner(measure.build(m, self.target, self.database), self.target)
-                   for k, m in (("before", before), ("after", after))}
-        timings = measure.time_interleaved(runners, inputs, repeat=self.repeat)
-        return timings["before"].median_ms, timings["after"].median_ms

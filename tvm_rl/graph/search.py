@@ -18,7 +18,7 @@ import numpy as np
 import tvm
 
 from .candidates import enumerate_candidates
-from .cost import CostFn, Memo
+from .cost import CostFn, Memo, PairMeasure
 from .fingerprint import module_key
 from .rules import Rule, all_rules
 
@@ -161,16 +161,17 @@ def random_rollouts(mod: tvm.IRModule, cost: CostFn, rollouts: int = 8, horizon:
     return SearchResult(best[1], best[0], initial, best[2], expansions, evaluations, time.perf_counter() - start)
 
 
-def confirm(result: SearchResult, original: tvm.IRModule, measure_fn: CostFn) -> SearchResult:
-    """Keep a search's graph only if it measures faster than `original` (`measure_fn`: IRModule -> ms).
+def confirm(result: SearchResult, original: tvm.IRModule, measure_pair: PairMeasure) -> SearchResult:
+    """Keep a search's graph only if it measures faster than `original`.
 
-    A cost model can prefer a graph that runs slower (a proxy's misjudgement, a kernel that tunes badly);
-    this guard makes the search never slower than its input by measurement, as `RLRewritePass(confirm=True)`
-    is. The result is returned unchanged when it is the input already.
+    `measure_pair(original, graph) -> (ms, ms)` times both side by side (`cost.pair_measure`): a cost model can
+    prefer a graph that runs slower (a proxy's misjudgement, a kernel that tunes badly), and this guard makes
+    the search never slower than its input by measurement, as `RLRewritePass(confirm=True)` is. The result is
+    returned unchanged when it is the input already.
     """
     if not result.applied:
         return result
-    before, after = float(measure_fn(original)), float(measure_fn(result.mod))
+    before, after = map(float, measure_pair(original, result.mod))
     if after < before:
         return replace(result, measured_ms=(before, after))
     return replace(result, mod=original, cost=result.initial_cost, applied=[], measured_ms=(before, after),
