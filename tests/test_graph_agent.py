@@ -255,6 +255,26 @@ def test_the_policy_chooses_among_the_cheapest_candidates_only():
     assert seen[None][0] > 3 + 1
 
 
+def test_the_shortlist_prices_repeated_matches_once_and_shows_exact_costs():
+    """Matches priced on an earlier step are ranked by their cost change then; only new and shortlisted
+    candidates are priced again, and the costs the policy sees are the cost function's own."""
+    mod = models.load("squeezenet1_1", "tiny").mod
+    proxy = costs.roofline_cost(costs.default_hardware("llvm"))
+    priced, shown = {}, {}
+    for shortlist in (3, None):
+        values, seen, policy = [], [], small_policy()
+        act = policy.act
+        policy.act = lambda decision, *a, **k: (seen.append(decision.globals[:, 0].copy()), act(decision, *a, **k))[1]
+        RLRewritePass(policy=policy, max_steps=4, confirm=False, shortlist=shortlist,
+                      cost=lambda m: (values.append(proxy(m)), values[-1])[1])(mod)
+        priced[shortlist], shown[shortlist] = values, seen
+    assert len(shown[3]) == len(shown[None]) == 4
+    assert len(priced[3]) < len(priced[None]) / 2
+    rt0 = proxy(mod)
+    for step in shown[3]:  # each shown relative cost is one the cost function returned
+        assert all(np.isclose(priced[3], c * rt0, rtol=1e-5).any() for c in step)
+
+
 def test_seeded_runs_are_reproducible():
     mod = T.merge_matmul_graph()
     runs = [RLRewritePass(policy=small_policy(), max_steps=3, episodes=3, seed=7, confirm=False) for _ in range(2)]
