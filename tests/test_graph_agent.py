@@ -113,9 +113,9 @@ class UniformPolicy(GraphActorCritic):
 @pytest.mark.slow
 def test_short_training_beats_a_random_policy(tmp_path):
     config = TrainConfig(models=("squeezenet1_1",), iterations=4, episodes_per_iteration=3, horizon=6, cap=32,
-                         hidden=32, gat_layers=2, seed=0, work_dir=str(tmp_path))
+                         shortlist=0, hidden=32, gat_layers=2, seed=0, work_dir=str(tmp_path))
     policy = train(config, progress=False)
-    env = GraphRewriteEnv(models.load("squeezenet1_1", "tiny").mod, cap=32, horizon=6)
+    env = GraphRewriteEnv(models.load("squeezenet1_1", "tiny").mod, cap=32, horizon=6)  # every candidate shown
     trained = _mean_return(env, policy, 4, seed=1)
     uniform = _mean_return(env, UniformPolicy(PolicyConfig(hidden=32, gat_layers=2)), 4, seed=1)
     assert trained > uniform

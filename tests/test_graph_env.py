@@ -33,6 +33,21 @@ def test_observation_has_a_graph_per_action_and_stop_is_always_valid():
     assert (obs["n_nodes"][n:env.stop_action] == 0).all()
 
 
+def test_shortlist_shows_the_cheapest_candidates_as_the_pass_does():
+    mod = models.load("squeezenet1_1", "tiny").mod
+    full = GraphRewriteEnv(mod, cap=64, horizon=3)
+    short = GraphRewriteEnv(mod, cap=64, horizon=3, shortlist=4)
+    check_env(short, skip_render_check=True)
+    obs_full, info_full = full.reset(seed=0)
+    obs, info = short.reset(seed=0)
+    assert short.stop_action == 4 and obs["action_mask"].sum() == 5 and info_full["n_candidates"] > 4
+    assert "left out of the shortlist" in info["candidates"]
+    costs_full = np.sort(obs_full["globals"][:info_full["n_candidates"], 0])
+    assert np.allclose(np.sort(obs["globals"][:4, 0]), costs_full[:4])  # the four cheapest, priced exactly
+    obs, *_ = short.step(0)  # and again after a step (ranked by the cost changes seen before)
+    assert obs["action_mask"].sum() == 5
+
+
 def test_rewards_add_up_to_the_relative_gain():
     env = GraphRewriteEnv(T.bn_graph(), cap=8, horizon=5)
     obs, info = env.reset(seed=0)

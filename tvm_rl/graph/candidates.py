@@ -10,8 +10,8 @@ matches in plain rule order are all layout and reshape no-ops, and greedy search
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
 
 import tvm
 
@@ -50,6 +50,7 @@ class CandidateSet:
     unchanged: int
     truncated: int
     errors: list[tuple[Match, str]] = field(default_factory=list)
+    shortlisted_out: int = 0  # unique candidates left out by a `Shortlist`
 
     def __len__(self) -> int:
         return len(self.candidates)
@@ -63,7 +64,8 @@ class CandidateSet:
     def summary(self) -> str:
         return (f"{len(self.candidates)} candidates from {self.n_matches} matches "
                 f"({self.duplicates} duplicates, {self.unchanged} unchanged, {self.truncated} cut by the cap"
-                + (f", {len(self.errors)} failed" if self.errors else "") + ")")
+                + (f", {len(self.errors)} failed" if self.errors else "")
+                + (f", {self.shortlisted_out} left out of the shortlist" if self.shortlisted_out else "") + ")")
 
 
 def interleave(groups: Sequence[Sequence]) -> list:
@@ -110,3 +112,38 @@ def enumerate_candidates(mod: tvm.IRModule, rules: Sequence[Rule] | None = None,
             seen.setdefault(key, []).append(new)
             out.candidates.append(Candidate(rule, match, new, key))
     return out
+
+
+class Shortlist:
+    """Keep the `size` candidates `cost` rates cheapest (in candidate order), pricing as few as it can.
+
+    Pricing every candidate was two thirds of a step on full-size models, and most of one step's candidates are
+    the last step's again: the same (rule, match), untouched by the rewrite taken. So a match priced before is
+    ranked by the cost change it had then, and only new matches are priced to rank them. The caller prices
+    the kept ones exactly (they are what a policy sees) and passes those prices to `record`. One instance per
+    episode: `reset` forgets the matches.
+    """
+
+    def __init__(self, size: int, cost: Callable[[tvm.IRModule], float]):
+        if size < 1:
+            raise ValueError(f"shortlist size must be >= 1, got {size}")
+        self.size, self.cost = size, cost
+        self.deltas: dict[Match, float] = {}  # match -> its cost change when last priced exactly
+
+    def reset(self) -> None:
+        self.deltas.clear()
+
+    def __call__(self, candidates: CandidateSet, current_cost: float) -> CandidateSet:
+        cands = candidates.candidates
+        if len(cands) <= self.size:
+            return candidates
+        for c in cands:
+            if c.match not in self.deltas:
+                self.deltas[c.match] = self.cost(c.mod) - current_cost
+        ranked = sorted(range(len(cands)), key=lambda i: self.deltas[cands[i].match])[:self.size]
+        return replace(candidates, candidates=[cands[i] for i in sorted(ranked)],
+                       shortlisted_out=len(cands) - self.size)
+
+    def record(self, candidates: Sequence[Candidate], costs: Sequence[float], current_cost: float) -> None:
+        """The exact prices of the kept candidates, for ranking their matches on later steps."""
+        self.deltas.update((c.match, float(cost) - current_cost) for c, cost in zip(candidates, costs))

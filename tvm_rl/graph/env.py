@@ -1,7 +1,8 @@
 """A Gymnasium environment over graph rewrites (X-RLflow's formulation on Relax).
 
-State: the current IRModule. Actions: `enumerate_candidates` (capped at `cap`) followed by "stop" at index
-`cap`; slots of absent candidates are masked. Observation: for every action, the graph it leads to ("stop"
+State: the current IRModule. Actions: `enumerate_candidates` (capped at `cap`; with `shortlist=K`, the K of
+them the cost function rates cheapest, as `RLRewritePass` shows its policy) followed by "stop" at the last
+index (`cap`, or K); slots of absent candidates are masked. Observation: for every action, the graph it leads to ("stop"
 leads to the current graph), as padded tensors a GNN reads:
   nodes (cap+1, N, F): op one-hot over OP_VOCAB + "other", output shape features, the op's roofline cost;
   edges (cap+1, M, 2) producer -> consumer node indices; edge_features (cap+1, M, E): the tensor's dims;
@@ -25,7 +26,7 @@ from tvm.ir import GenericConst, Var
 
 from . import cost as costs
 from . import fusion
-from .candidates import CandidateSet, enumerate_candidates
+from .candidates import CandidateSet, Shortlist, enumerate_candidates
 from .fingerprint import module_key, same_graph
 from .rules import Rule, all_rules
 from .rules.ir import Graph
@@ -133,7 +134,7 @@ class GraphRewriteEnv(gym.Env):
                  cost: costs.CostFn | None = None, hardware: costs.Roofline | None = None,
                  target: tvm.target.Target | str = "llvm", measure: costs.CostFn | None = None,
                  measure_every: int | None = None, max_nodes: int | None = None, max_edges: int | None = None,
-                 check: bool = False):
+                 check: bool = False, shortlist: int | None = None):
         if cap < 1 or horizon < 1:
             raise ValueError(f"cap and horizon must be >= 1, got cap={cap}, horizon={horizon}")
         if (measure is None) != (measure_every is None):
@@ -153,7 +154,9 @@ class GraphRewriteEnv(gym.Env):
         if len(first.nodes) > self.max_nodes or len(first.edges) > self.max_edges:
             raise ValueError(f"the input graph has {len(first.nodes)} nodes and {len(first.edges)} edges, more "
                              f"than max_nodes={self.max_nodes} / max_edges={self.max_edges}")
-        k, n, m = cap + 1, self.max_nodes, self.max_edges
+        self.shortlist = Shortlist(shortlist, self.cost) if shortlist is not None and shortlist < cap else None
+        self.slots = self.shortlist.size if self.shortlist is not None else cap  # candidate slots before "stop"
+        k, n, m = self.slots + 1, self.max_nodes, self.max_edges
         f32 = np.float32
         self.observation_space = spaces.Dict({
             "nodes": spaces.Box(0.0, _HIGH, (k, n, NODE_FEATURES), f32),
@@ -165,7 +168,7 @@ class GraphRewriteEnv(gym.Env):
             "action_mask": spaces.Box(0, 1, (k,), np.int8),
         })
         self.action_space = spaces.Discrete(k)
-        self.stop_action = cap
+        self.stop_action = self.slots
         self.mod: tvm.IRModule = mod
         self.candidates: CandidateSet | None = None
         self._obs: dict | None = None
@@ -177,6 +180,8 @@ class GraphRewriteEnv(gym.Env):
         super().reset(seed=seed)
         self.mod, self.t, self.applied = self.initial, 0, []
         self._scale = 1.0
+        if self.shortlist is not None:
+            self.shortlist.reset()
         self.rt0 = self.rt = self._latency(self.initial, force_measure=True)
         obs = self._observe()
         return obs, self._info(measured=self.measure is not None)
@@ -186,7 +191,7 @@ class GraphRewriteEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         action = int(action)
         if not self.action_space.contains(action):
-            raise ValueError(f"action {action} outside 0..{self.cap}")
+            raise ValueError(f"action {action} outside 0..{self.stop_action}")
         self.t += 1
         mask = self._obs["action_mask"]
         terminated = action == self.stop_action
@@ -219,7 +224,7 @@ class GraphRewriteEnv(gym.Env):
         return proxy * self._scale
 
     def _observe(self) -> dict:
-        k, n, m = self.cap + 1, self.max_nodes, self.max_edges
+        k, n, m = self.slots + 1, self.max_nodes, self.max_edges
         obs = {"nodes": np.zeros((k, n, NODE_FEATURES), np.float32),
                "edges": np.zeros((k, m, 2), np.int64),
                "edge_features": np.zeros((k, m, EDGE_FEATURES), np.float32),
@@ -227,6 +232,10 @@ class GraphRewriteEnv(gym.Env):
                "globals": np.zeros((k, GLOBAL_FEATURES), np.float32),
                "action_mask": np.zeros(k, np.int8)}
         self.candidates = enumerate_candidates(self.mod, self.rules, cap=self.cap, check=self.check, strict=False)
+        if self.shortlist is not None:
+            now = self.cost(self.mod)
+            self.candidates = self.shortlist(self.candidates, now)
+            self.shortlist.record(self.candidates, [self.cost(c.mod) for c in self.candidates], now)
         self.oversize = 0
         graphs = [(i, c.mod) for i, c in enumerate(self.candidates)] + [(self.stop_action, self.mod)]
         for slot, mod in graphs:

@@ -29,7 +29,7 @@ from .. import measure
 from . import cost as costs
 from .agent import Decision, GraphActorCritic
 from .calibration import proxy_roofline
-from .candidates import enumerate_candidates
+from .candidates import Shortlist, enumerate_candidates
 from .env import encode, global_features
 from .rules import Rule, all_rules
 
@@ -65,29 +65,20 @@ def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn, har
             cap: int | None = None, shortlist: int | None = None) -> tuple[tvm.IRModule, float, list[str], int]:
     """One episode of the policy from `mod` (greedy when `rng` is None); returns the cheapest graph on the
     way (possibly `mod`), its cost, the rewrites leading to it, and the steps taken. With `shortlist`, the
-    policy sees only that many candidates, the cheapest by `cost` (ties in candidate order), and "stop".
-
-    Pricing every candidate was two thirds of a step on full-size models, and most of them are the last step's
-    candidates again: the same (rule, match), untouched by the rewrite taken. So a match priced before is
-    ranked for the shortlist by the cost change it had then, and only new matches and the shortlisted are
-    priced exactly: the policy sees exact costs, and the estimate only decides which candidates it sees."""
+    policy sees only that many candidates, the cheapest by `cost` (ranked incrementally: `Shortlist`), and
+    "stop"; the costs it sees are exact."""
     current, rt0 = mod, cost(mod)
     best, best_cost, best_path, path = mod, rt0, [], []
-    steps, deltas = 0, {}  # match -> its cost change when last priced exactly
+    steps, short = 0, Shortlist(shortlist, cost) if shortlist is not None else None
     while steps < max_steps and time.perf_counter() < deadline:
-        cands = list(enumerate_candidates(current, rules, cap=cap, check=False, strict=False))
-        if not cands:
+        found = enumerate_candidates(current, rules, cap=cap, check=False, strict=False)
+        if not len(found):
             break
         now = cost(current)
-        if shortlist is not None and len(cands) > shortlist:
-            for c in cands:
-                if c.match not in deltas:
-                    deltas[c.match] = cost(c.mod) - now
-            ranked = [now + deltas[c.match] for c in cands]
-            keep = sorted(sorted(range(len(cands)), key=lambda i: ranked[i])[:shortlist])
-            cands = [cands[i] for i in keep]
+        cands = list(short(found, now) if short is not None else found)
         costs_ = [cost(c.mod) for c in cands]
-        deltas.update((c.match, c_cost - now) for c, c_cost in zip(cands, costs_))
+        if short is not None:
+            short.record(cands, costs_, now)
         graphs = [c.mod for c in cands] + [current]
         feats = np.stack([global_features(c, rt0) for c in costs_ + [now]])
         decision = Decision([encode(g, hardware) for g in graphs], feats, np.arange(len(graphs)))

@@ -38,7 +38,9 @@ class TrainConfig:
     iterations: int = 30
     episodes_per_iteration: int = 4
     horizon: int = 10
-    cap: int = 64  # candidates per step shown to the agent (the environment's action space)
+    cap: int = 64  # candidates enumerated per step
+    shortlist: int = 16  # of those, the cheapest by the proxy are shown to the agent, as RLRewritePass does (0: all)
+    database: str = ""  # MetaSchedule work dir: price kernels with the roofline fitted to its tuned kernels
     gamma: float = 0.99
     gae_lambda: float = 0.95
     learning_rate: float = 5e-4
@@ -90,13 +92,16 @@ def import_model_modules(modules: Sequence[str]) -> None:
 
 
 def make_env(model: str, config: TrainConfig):
-    """The rewrite environment of a zoo model, with the roofline cost as reward (fast enough to train on)."""
+    """The rewrite environment of a zoo model, with the roofline cost as reward (fast enough to train on): the
+    nominal one, or fitted to `config.database`'s tuned kernels, which is what `RLRewritePass` prices with."""
     from .. import models
+    from .calibration import proxy_roofline
     from .env import GraphRewriteEnv
 
     import_model_modules(config.model_modules)
     return GraphRewriteEnv(models.load(model, config.size).mod, cap=config.cap, horizon=config.horizon,
-                           target=config.target)
+                           target=config.target, hardware=proxy_roofline(config.target, config.database or None),
+                           shortlist=config.shortlist or None)
 
 
 def play(env, policy: GraphActorCritic, rng: np.random.Generator, model: str = "", greedy: bool = False
