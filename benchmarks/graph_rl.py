@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=10, help="backtracking expansions")
     ap.add_argument("--alpha", type=float, default=1.05)
     ap.add_argument("--cap", type=int, default=64, help="candidates per step (searches and the policy)")
-    ap.add_argument("--steps", type=int, default=20, help="RL pass: steps per episode")
+    ap.add_argument("--steps", type=int, default=50, help="RL pass: steps per episode (the time budget usually ends it first)")
     ap.add_argument("--episodes", type=int, default=4, help="RL pass: episodes (first greedy, rest sampled)")
     ap.add_argument("--time-budget", type=float, default=10.0, help="RL pass: search seconds per model")
     ap.add_argument("--repeat", type=int, default=20)

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     ap.add_argument("--size", default="tiny", choices=models.SIZES, help="zoo model size (default tiny)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
     ap.add_argument("--policy", default=None, help="policy checkpoint (default: the one shipped with tvm-rl)")
-    ap.add_argument("--steps", type=int, default=20, help="rewrites per episode at most (default 20)")
+    ap.add_argument("--steps", type=int, default=50, help="rewrites per episode at most (default 50; the time budget usually ends an episode first on full-size models)")
     ap.add_argument("--episodes", type=int, default=4, help="episodes, the first greedy (default 4)")
     ap.add_argument("--time-budget", type=float, default=10.0, help="search seconds at most (default 10)")
     ap.add_argument("--database", default=None, help="MetaSchedule work dir whose tuned kernels the "

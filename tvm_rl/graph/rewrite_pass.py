@@ -111,7 +111,7 @@ class RLRewritePass:
     """
 
     def __init__(self, target: tvm.target.Target | str = "llvm", policy: GraphActorCritic | str | Path | None = None,
-                 max_steps: int = 20, time_budget_s: float | None = 10.0, episodes: int = 1, confirm: bool = True,
+                 max_steps: int = 50, time_budget_s: float | None = 10.0, episodes: int = 1, confirm: bool = True,
                  database=None, repeat: int = 10, cost: costs.CostFn | None = None,
                  rules: Sequence[Rule] | None = None, cap: int | None = None, shortlist: int | None = 16,
                  seed: int = 0, measure_pair: costs.PairMeasure | None = None):
