@@ -112,3 +112,32 @@ def test_a_failing_rule_raises_or_is_recorded():
         enumerate_candidates(mod, [Dangling()])
     cs = enumerate_candidates(mod, [Dangling(), get_rule("permute_compose")], strict=False)
     assert len(cs.errors) == 1 and len(cs) == 2
+
+
+def test_shortlist_keeps_the_cheapest_and_later_builds_only_what_it_keeps(monkeypatch):
+    from tvm_rl import models
+    from tvm_rl.graph import cost
+    from tvm_rl.graph import candidates as C
+    from tvm_rl.graph.fingerprint import same_graph
+
+    mod = models.load("squeezenet1_1", "tiny").mod
+    proxy = cost.roofline_cost(cost.default_hardware("llvm"))
+    every = enumerate_candidates(mod, cap=64, check=False, strict=False)
+    short = C.Shortlist(4, proxy)
+    first = short.enumerate(mod, proxy(mod), cap=64)
+    cheapest = sorted(range(len(every)), key=lambda i: proxy(every[i].mod))[:4]
+    assert [c.match for c in first] == [every[i].match for i in sorted(cheapest)]  # exact on a first step
+    assert first.shortlisted_out == len(every) - 4 and "left out of the shortlist" in first.summary()
+    short.record(first.candidates, [proxy(c.mod) for c in first], proxy(mod))
+
+    built = []
+    apply = Rule.apply
+    monkeypatch.setattr(Rule, "apply", lambda self, *a, **k: (built.append(1), apply(self, *a, **k))[1])
+    step = first[0].mod
+    second = short.enumerate(step, proxy(step), cap=64)
+    n_built = len(built)
+    later = enumerate_candidates(step, cap=64, check=False, strict=False)
+    assert n_built < len(later) / 2  # matches priced on the first step were not built again
+    assert 0 < len(second) <= 4
+    for c in second:  # each kept candidate is its match applied to this step's graph, and a change
+        assert same_graph(c.mod, get_rule(c.match.rule).apply(step, c.match)) and not same_graph(c.mod, step)

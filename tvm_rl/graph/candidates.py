@@ -84,35 +84,57 @@ def enumerate_candidates(mod: tvm.IRModule, rules: Sequence[Rule] | None = None,
     reached are counted in `.truncated`. `check` validates each rewrite (see `Rule.apply`). With
     `strict=False` a rule that fails is recorded in `.errors` instead of raising.
     """
-    if cap is not None and cap < 0:
-        raise ValueError(f"cap must be >= 0, got {cap}")
-    rules = all_rules() if rules is None else list(rules)
-    graph = graph_of(mod)  # one read-only view serves every rule's search, every rewrite, the cost model
-    pairs = interleave([[(rule, match) for match in rule.find(graph)] for rule in rules])
-    seen: dict[int, list[tvm.IRModule]] = {module_key(mod): [mod]}
-    out = CandidateSet([], len(pairs), 0, 0, 0)
-    for i, (rule, match) in enumerate(pairs):
-        if cap is not None and len(out.candidates) >= cap:
-            out.truncated = len(pairs) - i
-            break
-        try:
-            new = rule.apply(mod, match, check=check, graph=graph)
-        except RuleError as err:
-            if strict:
-                raise
-            out.errors.append((match, str(err)))
-            continue
-        key = module_key(new)
-        same = next((m for m in seen.get(key, ()) if same_graph(m, new)), None)
-        if same is mod:
-            out.unchanged += 1
-        elif same is not None:
-            out.duplicates += 1
-        else:
-            seen.setdefault(key, []).append(new)
-            out.candidates.append(Candidate(rule, match, new, key))
-    return out
+    return _Enumeration(mod, rules, check, strict).collect(cap)
 
+
+class _Enumeration:
+    """The (rule, match) pairs of one module, applied on demand, with the dedup state across applications."""
+
+    def __init__(self, mod: tvm.IRModule, rules: Sequence[Rule] | None, check: bool, strict: bool):
+        rules = all_rules() if rules is None else list(rules)
+        self.mod, self.check, self.strict = mod, check, strict
+        self.graph = graph_of(mod)  # one read-only view serves every rule's search, every rewrite, the cost model
+        self.pairs = interleave([[(rule, match) for match in rule.find(self.graph)] for rule in rules])
+        self.seen: dict[int, list[tvm.IRModule]] = {module_key(mod): [mod]}
+        self.out = CandidateSet([], len(self.pairs), 0, 0, 0)
+
+    def apply(self, rule: Rule, match: Match) -> Candidate | None:
+        """The candidate of one pair, or None (counted) when it fails, is the input or repeats an earlier one."""
+        try:
+            new = rule.apply(self.mod, match, check=self.check, graph=self.graph)
+        except RuleError as err:
+            if self.strict:
+                raise
+            self.out.errors.append((match, str(err)))
+            return None
+        key = module_key(new)
+        same = next((m for m in self.seen.get(key, ()) if same_graph(m, new)), None)
+        if same is self.mod:
+            self.out.unchanged += 1
+        elif same is not None:
+            self.out.duplicates += 1
+        else:
+            self.seen.setdefault(key, []).append(new)
+            return Candidate(rule, match, new, key)
+        return None
+
+    def collect(self, cap: int | None, defer: Callable[[Match], bool] = lambda m: False) -> CandidateSet:
+        """Apply pairs in order until `cap` candidates; a pair `defer` accepts is kept unapplied, as
+        (rule, match), counted towards the cap (`Shortlist` applies the few it keeps)."""
+        if cap is not None and cap < 0:
+            raise ValueError(f"cap must be >= 0, got {cap}")
+        self.deferred: list[tuple[Rule, Match]] = []
+        for i, (rule, match) in enumerate(self.pairs):
+            if cap is not None and len(self.out.candidates) + len(self.deferred) >= cap:
+                self.out.truncated = len(self.pairs) - i
+                break
+            if defer(match):
+                self.deferred.append((rule, match))
+                continue
+            cand = self.apply(rule, match)
+            if cand is not None:
+                self.out.candidates.append(cand)
+        return self.out
 
 class Shortlist:
     """Keep the `size` candidates `cost` rates cheapest (in candidate order), pricing as few as it can.
@@ -133,16 +155,26 @@ class Shortlist:
     def reset(self) -> None:
         self.deltas.clear()
 
-    def __call__(self, candidates: CandidateSet, current_cost: float) -> CandidateSet:
-        cands = candidates.candidates
-        if len(cands) <= self.size:
-            return candidates
-        for c in cands:
+    def enumerate(self, mod: tvm.IRModule, current_cost: float, rules: Sequence[Rule] | None = None,
+                  cap: int | None = None, check: bool = False, strict: bool = False) -> CandidateSet:
+        """The `size` cheapest of `enumerate_candidates(mod, rules, cap, check, strict)`, without building the
+        graphs of matches it has priced before and then leaves out (applying every candidate was a third of a
+        step on full-size models).
+        A deferred match is assumed to give a new graph (it did when it was priced); the few kept are applied
+        and checked, so one that now repeats another or the input is dropped (the shortlist comes out short)."""
+        enum = _Enumeration(mod, rules, check, strict)
+        found = enum.collect(cap, defer=lambda m: m in self.deltas)
+        for c in found.candidates:
             if c.match not in self.deltas:
                 self.deltas[c.match] = self.cost(c.mod) - current_cost
-        ranked = sorted(range(len(cands)), key=lambda i: self.deltas[cands[i].match])[:self.size]
-        return replace(candidates, candidates=[cands[i] for i in sorted(ranked)],
-                       shortlisted_out=len(cands) - self.size)
+        position = {match: i for i, (_, match) in enumerate(enum.pairs)}
+        entries = sorted([(c.rule, c.match, c) for c in found.candidates] + [(r, m, None) for r, m in enum.deferred],
+                         key=lambda e: position[e[1]])  # candidate order, as enumerate_candidates gives it
+        ranked = sorted(range(len(entries)), key=lambda i: self.deltas[entries[i][1]])[:self.size]
+        kept = [entries[i] for i in sorted(ranked)]
+        cands = [c if c is not None else enum.apply(rule, match) for rule, match, c in kept]
+        return replace(found, candidates=[c for c in cands if c is not None],
+                       shortlisted_out=max(0, len(entries) - self.size))
 
     def record(self, candidates: Sequence[Candidate], costs: Sequence[float], current_cost: float) -> None:
         """The exact prices of the kept candidates, for ranking their matches on later steps."""

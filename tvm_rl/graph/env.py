@@ -231,11 +231,13 @@ class GraphRewriteEnv(gym.Env):
                "n_nodes": np.zeros(k, np.int64), "n_edges": np.zeros(k, np.int64),
                "globals": np.zeros((k, GLOBAL_FEATURES), np.float32),
                "action_mask": np.zeros(k, np.int8)}
-        self.candidates = enumerate_candidates(self.mod, self.rules, cap=self.cap, check=self.check, strict=False)
         if self.shortlist is not None:
             now = self.cost(self.mod)
-            self.candidates = self.shortlist(self.candidates, now)
+            self.candidates = self.shortlist.enumerate(self.mod, now, self.rules, cap=self.cap, check=self.check)
             self.shortlist.record(self.candidates, [self.cost(c.mod) for c in self.candidates], now)
+        else:
+            self.candidates = enumerate_candidates(self.mod, self.rules, cap=self.cap, check=self.check,
+                                                   strict=False)
         self.oversize = 0
         graphs = [(i, c.mod) for i, c in enumerate(self.candidates)] + [(self.stop_action, self.mod)]
         for slot, mod in graphs:

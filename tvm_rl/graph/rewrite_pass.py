@@ -71,11 +71,11 @@ def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn, har
     best, best_cost, best_path, path = mod, rt0, [], []
     steps, short = 0, Shortlist(shortlist, cost) if shortlist is not None else None
     while steps < max_steps and time.perf_counter() < deadline:
-        found = enumerate_candidates(current, rules, cap=cap, check=False, strict=False)
-        if not len(found):
-            break
         now = cost(current)
-        cands = list(short(found, now) if short is not None else found)
+        cands = list(short.enumerate(current, now, rules, cap=cap) if short is not None
+                     else enumerate_candidates(current, rules, cap=cap, check=False, strict=False))
+        if not cands:
+            break
         costs_ = [cost(c.mod) for c in cands]
         if short is not None:
             short.record(cands, costs_, now)
