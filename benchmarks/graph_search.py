@@ -78,6 +78,8 @@ def confirmed(r: search.SearchResult, original: tvm.IRModule, measure_pair, enab
         r = search.confirm(r, original, measure_pair)
     note = None if r.measured_ms is None else {"measured_before_ms": r.measured_ms[0],
                                                 "measured_after_ms": r.measured_ms[1], "kept": r.kept}
+    if r.rejected is not None:  # what the search had found, for reading why the proxy liked it
+        note.update(rejected_rewrites=r.rejected[0], rejected_search_cost_ms=r.rejected[1])
     return r.mod, r.seconds, r.applied, note
 
 

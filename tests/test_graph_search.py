@@ -84,6 +84,7 @@ def test_confirm_keeps_a_graph_only_when_it_measures_faster():
     slower = search.confirm(r, mod, lambda a, b: (1.0, 2.0))
     assert slower.mod is mod and slower.applied == [] and not slower.kept
     assert slower.measured_ms == (1.0, 2.0) and slower.cost == r.initial_cost
+    assert slower.rejected == (r.applied, r.cost)  # what was turned down stays on record
     faster = search.confirm(r, mod, lambda a, b: (1.0, 0.5))
     assert faster.mod is r.mod and faster.applied == r.applied and faster.kept and faster.measured_ms == (1.0, 0.5)
     unchanged = search.backtracking(mod, lambda m: 1.0, budget=2)

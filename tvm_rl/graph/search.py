@@ -28,7 +28,8 @@ class SearchResult:
     """The best graph found, its cost and the input's, the rewrites that lead to it, and the effort spent.
 
     After `confirm`: `measured_ms` holds (input, result) end-to-end times, and `kept` is False when the
-    search's graph measured no faster, in which case `mod` is the input again and `applied` is empty.
+    search's graph measured no faster, in which case `mod` is the input again, `applied` is empty, and
+    `rejected` holds the rewrites and cost of the graph the measurement turned down.
     """
 
     mod: tvm.IRModule = field(repr=False)
@@ -40,6 +41,7 @@ class SearchResult:
     seconds: float
     measured_ms: tuple[float, float] | None = None
     kept: bool = True
+    rejected: tuple[list[str], float] | None = None  # (rewrites, cost) of a graph `confirm` turned down
 
     @property
     def speedup(self) -> float:
@@ -175,4 +177,4 @@ def confirm(result: SearchResult, original: tvm.IRModule, measure_pair: PairMeas
     if after < before:
         return replace(result, measured_ms=(before, after))
     return replace(result, mod=original, cost=result.initial_cost, applied=[], measured_ms=(before, after),
-                   kept=False)
+                   kept=False, rejected=(result.applied, result.cost))
