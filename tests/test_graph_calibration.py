@@ -11,6 +11,11 @@ from tvm_rl.tune import open_database, tune_model
 def test_kernels_are_classified_by_their_blocks():
     assert calibration.tir_kind(["pad_temp", "conv2d_nchw", "T_add", "compute"]) == "conv"
     assert calibration.tir_kind(["NT_matmul", "T_add"]) == "matmul"
+    # R.nn.attention's kernel: batch matmuls around a softmax; priced as a plain matmul it looked 40% too fast
+    attention = ["T_transpose", "T_batch_matmul_NT", "T_divide", "T_softmax_maxelem", "T_softmax_exp",
+                 "T_softmax_expsum", "T_softmax_norm", "T_batch_matmul_NN", "T_reshape_3"]
+    assert calibration.tir_kind(attention) == "attention" == cost.op_kind("relax.nn.attention")
+    assert calibration.tir_kind(["T_batch_matmul_NT"]) == "matmul"
     assert calibration.tir_kind(["pad_temp", "pool_max"]) == "pool"
     assert calibration.tir_kind(["T_softmax_maxelem", "T_softmax_exp", "T_softmax_norm"]) == "reduce"
     assert calibration.tir_kind(["T_subtract", "T_divide", "T_multiply", "T_add", "compute"]) == "elementwise"

@@ -98,14 +98,14 @@ def tuned_roofline(work_dir: str | Path, target: tvm.target.Target | str | None 
     if path.exists():
         try:
             saved = json.loads(path.read_text())
-            if saved["records_bytes"] == stamp:
+            if saved["records_bytes"] == stamp and saved.get("kinds") == list(cost.KINDS):
                 return cost.RooflineModel(_hardware(saved["default"]),
                                           tuple((k, _hardware(h)) for k, h in saved["per_kind"].items()))
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # refit below
     kernels = tuned_kernels(work_dir)
     model = fit(kernels)
-    path.write_text(json.dumps({"records_bytes": stamp, "kernels": len(kernels),
+    path.write_text(json.dumps({"records_bytes": stamp, "kinds": list(cost.KINDS), "kernels": len(kernels),
                                 "target": str(target) if target is not None else None,
                                 "default": model.default.as_dict(),
                                 "per_kind": {k: h.as_dict() for k, h in model.per_kind}}, indent=1))
