@@ -97,6 +97,7 @@ class _Enumeration:
         self.pairs = interleave([[(rule, match) for match in rule.find(self.graph)] for rule in rules])
         self.seen: dict[int, list[tvm.IRModule]] = {module_key(mod): [mod]}
         self.out = CandidateSet([], len(self.pairs), 0, 0, 0)
+        self.deferred: list[tuple[Rule, Match]] = []  # pairs `collect` left unapplied
 
     def apply(self, rule: Rule, match: Match) -> Candidate | None:
         """The candidate of one pair, or None (counted) when it fails, is the input or repeats an earlier one."""
@@ -123,7 +124,6 @@ class _Enumeration:
         (rule, match), counted towards the cap (`Shortlist` applies the few it keeps)."""
         if cap is not None and cap < 0:
             raise ValueError(f"cap must be >= 0, got {cap}")
-        self.deferred: list[tuple[Rule, Match]] = []
         for i, (rule, match) in enumerate(self.pairs):
             if cap is not None and len(self.out.candidates) + len(self.deferred) >= cap:
                 self.out.truncated = len(self.pairs) - i
@@ -135,6 +135,7 @@ class _Enumeration:
             if cand is not None:
                 self.out.candidates.append(cand)
         return self.out
+
 
 class Shortlist:
     """Keep the `size` candidates `cost` rates cheapest (in candidate order), pricing as few as it can.
@@ -164,9 +165,8 @@ class Shortlist:
         and checked, so one that now repeats another or the input is dropped (the shortlist comes out short)."""
         enum = _Enumeration(mod, rules, check, strict)
         found = enum.collect(cap, defer=lambda m: m in self.deltas)
-        for c in found.candidates:
-            if c.match not in self.deltas:
-                self.deltas[c.match] = self.cost(c.mod) - current_cost
+        for c in found.candidates:  # all new: the matches priced before were deferred
+            self.deltas[c.match] = self.cost(c.mod) - current_cost
         position = {match: i for i, (_, match) in enumerate(enum.pairs)}
         entries = sorted([(c.rule, c.match, c) for c in found.candidates] + [(r, m, None) for r, m in enum.deferred],
                          key=lambda e: position[e[1]])  # candidate order, as enumerate_candidates gives it
