@@ -566,10 +566,8 @@ def pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndarray] |
 def tuned_pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndarray] | None, work_dir: str | Path,
                        trials_per_kernel: int = 16, repeat: int = 10, **tune_options) -> PairMeasure:
     """`pair_measure` after tuning both graphs' kernels into `work_dir` (see `tuned_end_to_end_cost` for why)."""
-    from ..tune import tune_model
-
-    return pair_measure(target, inputs, repeat=repeat, tune=lambda mod: tune_model(
-        mod, target, work_dir, trials_per_kernel=trials_per_kernel, **tune_options)[0])
+    return pair_measure(target, inputs, repeat=repeat,
+                        tune=_tuner(target, work_dir, trials_per_kernel, **tune_options))
 
 
 def tuned_end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.ndarray], work_dir: str | Path,
@@ -581,13 +579,15 @@ def tuned_end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.n
     Each graph's kernels are tuned first to the same `trials_per_kernel` (`tune.tune_model`: kernels already
     in the database are skipped, so graphs sharing kernels tune them once), then the graph is timed.
     """
+    tune = _tuner(target, work_dir, trials_per_kernel, **tune_options)
+    return Memo(lambda mod: end_to_end_ms(mod, target, inputs, tune(mod), repeat).median_ms)
+
+
+def _tuner(target, work_dir: str | Path, trials_per_kernel: int, **tune_options) -> Callable[[tvm.IRModule], object]:
+    """mod -> the database of `work_dir` after tuning mod's kernels there (`tune.tune_model`)."""
     from ..tune import tune_model
 
-    def measure_tuned(mod: tvm.IRModule) -> float:
-        database, _ = tune_model(mod, target, work_dir, trials_per_kernel=trials_per_kernel, **tune_options)
-        return end_to_end_ms(mod, target, inputs, database, repeat).median_ms
-
-    return Memo(measure_tuned)
+    return lambda mod: tune_model(mod, target, work_dir, trials_per_kernel=trials_per_kernel, **tune_options)[0]
 
 
 # ------------------------------------------------------------------------------------------ comparison

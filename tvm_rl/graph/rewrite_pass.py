@@ -122,7 +122,7 @@ class RLRewritePass:
         self.hardware = costs.default_hardware(self.target)
         self.cost = cost or costs.roofline_cost(proxy_roofline(self.target, database))
         self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
-        self.confirm, self.database, self.repeat = confirm, database, repeat
+        self.confirm = confirm
         self.rules = all_rules() if rules is None else list(rules)
         self.cap, self.shortlist, self.seed = cap, shortlist, seed
         self.measure_pair = measure_pair or costs.pair_measure(self.target, database=database, repeat=repeat)
