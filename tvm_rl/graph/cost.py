@@ -31,7 +31,7 @@ from tvm.ir import Call, GenericConst, Tuple, TupleGetItem, Var
 
 from .. import measure
 from ..errors import BuildError
-from . import fusion
+from . import fusion, keepalive
 from .fingerprint import module_key
 from .rules.ir import Graph, op_name, static_shape
 
@@ -177,7 +177,7 @@ def _nbytes(ty) -> int:
 # almost all their Var and Call objects with the current graph, so per-object results are memoised. TVM
 # Keys are looked up by object address (TVM's `==` on expressions is slow: it first asks whether they are
 # PrimExprs); each entry keeps its key's objects alive, so an address is never reused while cached.
-_MEMO: dict = {}
+_MEMO: dict = keepalive.cache({})
 _MEMO_LIMIT = 8192  # entries hold bindings and their constants: keep a few steps' worth
 
 
@@ -196,7 +196,7 @@ def memo(key: tuple, compute):
     return hit[1]
 
 
-_GRAPHS: OrderedDict = OrderedDict()
+_GRAPHS: OrderedDict = keepalive.cache(OrderedDict())
 
 
 def graph_of(mod: tvm.IRModule) -> Graph:

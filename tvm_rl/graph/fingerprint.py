@@ -19,6 +19,8 @@ import tvm_ffi
 from tvm import relax
 from tvm.ir import Call, GenericConst, Op, Tuple, TupleGetItem, Var
 
+from . import keepalive
+
 # Caches keyed by the TVM object's address, each entry holding the object so the address stays unique. (Keyed
 # by the object itself, every lookup through a new Python wrapper of the same node calls TVM's slow `==`.)
 # Entries hold objects that hold weights, so the caches are bounded: a search on a full-size model makes a new
@@ -68,7 +70,7 @@ def expr_key(expr, positions: dict[str, int]):
     return ("other", tvm_ffi.structural_hash(expr))  # shapes, prim values, strings: small
 
 
-_TEMPLATES: dict[int, tuple[object, tuple[int, tuple[str, ...]]]] = {}
+_TEMPLATES: dict[int, tuple[object, tuple[int, tuple[str, ...]]]] = keepalive.cache({})
 
 
 def _template(value) -> tuple[int, tuple[str, ...]]:
@@ -115,7 +117,8 @@ def _function_key(func: relax.Function) -> int:
     return hash(tuple(parts))
 
 
-_MODULE_KEYS: OrderedDict[int, tuple[tvm.IRModule, int]] = OrderedDict()  # the last 128 modules keyed
+# The last 128 modules keyed.
+_MODULE_KEYS: OrderedDict[int, tuple[tvm.IRModule, int]] = keepalive.cache(OrderedDict())
 
 
 def module_key(mod: tvm.IRModule) -> int:

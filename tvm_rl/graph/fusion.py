@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from tvm.ir import Call, GenericConst, Tuple, TupleGetItem, Var
 
+from . import keepalive
 from .rules.ir import Graph, op_name, static_shape
 
 # TVM's OpPatternKind.
@@ -55,7 +56,8 @@ def pattern_of(value) -> int:
     return PATTERNS.get(op_name(value) or "", OPAQUE)
 
 
-_INPUTS: dict[int, tuple[object, tuple]] = {}  # by the value's address; the entry keeps the value alive
+# By the value's address; the entry keeps the value alive.
+_INPUTS: dict[int, tuple[object, tuple]] = keepalive.cache({})
 
 
 def inputs_of(value) -> tuple:

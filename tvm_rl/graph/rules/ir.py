@@ -16,6 +16,8 @@ import tvm
 from tvm import relax
 from tvm.ir import Call, GenericConst, Op, Tuple, TupleGetItem, Var
 
+from .. import keepalive
+
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
@@ -105,7 +107,9 @@ def substitute(expr, mapping: dict):
 
 def const(array: np.ndarray, dtype: str) -> GenericConst:
     """A Relax constant holding `array` cast to `dtype` (numbers computed in float64, stored as the model's)."""
-    return relax.const(np.ascontiguousarray(np.asarray(array).astype(dtype)), dtype)
+    array = np.ascontiguousarray(np.asarray(array).astype(dtype))
+    keepalive.created(array.nbytes)  # caches may keep it alive: they share one bound
+    return relax.const(array, dtype)
 
 
 _ARRAYS: OrderedDict = OrderedDict()  # constant handle -> (the constant, its read-only numpy copy)

@@ -7,6 +7,7 @@ import tvm
 from tvm import relax
 from tvm.ir import GenericConst
 
+from .. import keepalive
 from .base import Match, Rule, register
 from .ir import Edit, Graph, const, ints, static_shape, substitute
 
@@ -107,7 +108,8 @@ class IdentityShapeOps(Rule):
         edit.replace(name, g.values[name].args[0])
 
 
-_FOLDED: OrderedDict = OrderedDict()  # call handle -> (the call, its folded constant), most recent last
+# Call handle -> (the call, its folded constant), most recent last.
+_FOLDED: OrderedDict = keepalive.cache(OrderedDict())
 _FOLDED_LIMIT = 256
 
 

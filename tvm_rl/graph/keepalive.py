@@ -1,0 +1,40 @@
+"""The one memory bound shared by the process-wide caches that keep TVM objects alive.
+
+Pricing, keying and rewriting graphs memoise per TVM object, keyed by the object's address; each entry holds
+its object so the address cannot be reused while cached. An entry can hold a model's weights: a rewrite of a
+fully connected layer makes a new 400 MB constant on VGG-16, and caches bounded by entry count alone kept
+every such copy alive (a backtracking search grew by 0.55 GB an expansion and was OOM-killed at 24 GB).
+
+The weights a rewrite creates are the only memory such caches can hold beyond the model's own (unchanged
+weights are shared by every graph), so the rewrites report the bytes of each constant they make
+(`created`), and once `BUDGET` bytes were made since the last flush every registered cache is cleared. The
+caches then hold at most `BUDGET` bytes of new weights; a flush costs only recomputation.
+"""
+from __future__ import annotations
+
+from typing import MutableMapping
+
+BUDGET = 2 << 30  # bytes of new constants made between flushes
+
+_CACHES: list[MutableMapping] = []
+_CREATED = [0]
+
+
+def cache(mapping: MutableMapping) -> MutableMapping:
+    """Register `mapping` (entries that keep TVM objects alive) to be cleared by `flush`; returns it."""
+    _CACHES.append(mapping)
+    return mapping
+
+
+def created(nbytes: int) -> None:
+    """Note that a rewrite made a constant of `nbytes`; flush the caches once `BUDGET` is passed."""
+    _CREATED[0] += int(nbytes)
+    if _CREATED[0] > BUDGET:
+        flush()
+
+
+def flush() -> None:
+    """Clear every registered cache (they are memos: only recomputation is lost)."""
+    for mapping in _CACHES:
+        mapping.clear()
+    _CREATED[0] = 0
