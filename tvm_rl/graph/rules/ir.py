@@ -30,9 +30,19 @@ class RuleError(RuntimeError):
 
 def op_name(expr) -> str | None:
     """"relax.nn.conv2d" for a call to that operator, None for anything else."""
-    if isinstance(expr, Call) and isinstance(expr.op, Op):
-        return expr.op.name
-    return None
+    handle = getattr(expr, "__chandle__", None)
+    if handle is None:
+        return None
+    hit = _OP_NAMES.get(handle())
+    if hit is None:  # remembered per object: pricing a graph asks for every binding's, through TVM's FFI
+        if len(_OP_NAMES) > 8192:
+            _OP_NAMES.clear()
+        name = expr.op.name if isinstance(expr, Call) and isinstance(expr.op, Op) else None
+        hit = _OP_NAMES[handle()] = (expr, name)
+    return hit[1]
+
+
+_OP_NAMES: dict[int, tuple[object, str | None]] = keepalive.cache({})  # expr address -> (expr, op_name)
 
 
 def var_refs(expr) -> Iterator[str]:
@@ -47,6 +57,20 @@ def var_refs(expr) -> Iterator[str]:
             yield from var_refs(field)
     elif isinstance(expr, TupleGetItem):
         yield from var_refs(expr.tuple_value)
+
+
+_REFS: dict[int, tuple[object, tuple[str, ...]]] = keepalive.cache({})  # value address -> (value, its var_refs)
+
+
+def value_refs(value) -> tuple[str, ...]:
+    """`tuple(var_refs(value))`, remembered per binding value: a candidate graph shares almost all its bindings
+    with its parent, and reading arguments through TVM's FFI was most of building its `Graph`."""
+    hit = _REFS.get(value.__chandle__())
+    if hit is None:
+        if len(_REFS) > 8192:
+            _REFS.clear()
+        hit = _REFS[value.__chandle__()] = (value, tuple(var_refs(value)))
+    return hit[1]
 
 
 def static_shape(ty) -> tuple[int, ...] | None:
@@ -178,7 +202,7 @@ class Graph:
                     self.order.append(name)
                     self.vars[name] = binding.var
                     self.values[name] = value
-                    for ref in var_refs(value):
+                    for ref in value_refs(value):
                         self.users.setdefault(ref, []).append(name)
                 else:
                     for ref in var_refs(value if value is not None else binding.value):
