@@ -85,6 +85,11 @@ def chains(name, mod):
         moved = saturate(nhwc, ["permute_past_elementwise", "permute_compose"])
         assert op_count(moved, "relax.permute_dims") < op_count(nhwc, "relax.permute_dims")
         out["nhwc_cancel"] = moved
+    if name == "resnext50":
+        # 1x1 convs made matmuls first (greedy's order on ResNet-50 and ResNeXt-50): their batch norms still fold.
+        folded = saturate(saturate(mod, ["conv1x1_to_matmul"]), ["fold_batchnorm"])
+        assert op_count(folded, "relax.nn.batch_norm") == 0 and op_count(folded, "relax.matmul") > 0
+        out["matmul_then_fold"] = folded
     if name == "inception_v3":
         pools = apply_each(mod, ["fold_tuple_get_item", "activation_after_maxpool", "avg_pool_to_conv"])
         assert op_count(pools, "relax.zeros_like") == 0 and op_count(pools, "relax.nn.avg_pool2d") == 0

@@ -647,6 +647,46 @@ def test_fold_batchnorm_random(cin, cout, hw, k, stride, groups, eps):
     check_family("fold_batchnorm", T.bn_graph(cin, cout, hw, k, stride, groups, eps))
 
 
+def _bn_after_matmul(cin=3, cout=4, hw=5, eps=1e-5):
+    """bn_graph with its 1x1 conv made a matmul (permute_dims(x_nhwc @ W) -> batch_norm)."""
+    mod = T.bn_graph(cin, cout, hw, k=1, eps=eps)
+    converted, applied = get_rule("conv1x1_to_matmul").apply_all(mod)
+    assert applied and get_rule("fold_batchnorm").matches(converted)
+    return converted
+
+
+@HYPOTHESIS
+@given(cin=st.integers(1, 4), cout=st.integers(1, 5), hw=st.integers(2, 6), eps=st.sampled_from([1e-5, 1e-3]))
+def test_fold_batchnorm_after_conv1x1_to_matmul_random(cin, cout, hw, eps):
+    """The batch norm of a 1x1 conv made a matmul still folds (into the matmul's columns), exactly."""
+    check_family("fold_batchnorm", _bn_after_matmul(cin, cout, hw, eps))
+
+
+def test_fold_batchnorm_into_matmul_needs_the_columns_normalised_and_a_single_reader():
+    rng = np.random.default_rng(0)
+    fold = get_rule("fold_batchnorm")
+    w = T.rand(rng, 4, 4)
+
+    def bn(e, x, axes, axis=1, second_reader=False):
+        y = e(R.matmul(x, w))
+        p = e(R.permute_dims(y, axes))
+        t = e(R.nn.batch_norm(p, *[T.rand(rng, 4, low=0.5, high=1.5) for _ in range(4)], axis=axis, training=False))
+        return [e(TupleGetItem(t, 0)), y] if second_reader else e(TupleGetItem(t, 0))
+
+    assert len(fold.matches(T.module(lambda e, x: bn(e, x, [0, 3, 1, 2]), [(1, 4, 4, 4)]))) == 1
+    # Axis 1 after this permutation is the matmul's rows (dim 2), not its columns: not a per-column scale.
+    assert fold.matches(T.module(lambda e, x: bn(e, x, [0, 2, 3, 1]), [(1, 4, 4, 4)])) == []
+    assert fold.matches(T.module(lambda e, x: bn(e, x, [0, 3, 1, 2], second_reader=True), [(1, 4, 4, 4)])) == []
+
+
+def test_broken_fold_batchnorm_is_caught_on_the_matmul_form():
+    mod = _bn_after_matmul()
+    found = BrokenFoldBatchNorm().matches(mod)
+    assert found and found[0].params == ("matmul",)
+    results = compare_variants(mod, {"broken": BrokenFoldBatchNorm().apply(mod, found[0], check=False)})
+    assert not results["broken"].ok
+
+
 @HYPOTHESIS
 @given(cin=st.integers(1, 4), outs=st.lists(st.integers(1, 4), min_size=2, max_size=3),
        hw=st.integers(3, 8), k=st.sampled_from([3, 5]), stride=st.integers(1, 3), bias=st.booleans())

@@ -7,7 +7,8 @@ from tvm import relax
 from tvm.ir import TupleGetItem, Var
 
 from .base import Match, Rule, register
-from .ir import Edit, Graph, channel_bias, const, float_tensor, ints, out_dtype, split_outputs
+from .ir import Edit, Graph, channel_bias, const, float_tensor, ints, op_name, out_dtype, split_outputs
+from .matmul import const_weight_matmul
 
 
 def plain_conv(g: Graph, name: str) -> dict | None:
@@ -40,7 +41,10 @@ def make_conv(x, weight, c: dict, padding=None):
 
 @register
 class FoldBatchNorm(Rule):
-    """batch_norm(conv2d(x, W), constants)[0] (inference) -> conv2d(x, W * s) + b."""
+    """batch_norm(conv2d(x, W), constants)[0] (inference) -> conv2d(x, W * s) + b; also
+    batch_norm(permute_dims(x @ W), constants)[0] with the normalised axis the matmul's output columns (a 1x1
+    conv made a matmul by `conv1x1_to_matmul`) -> permute_dims(x @ (W * s)) + b. Without the second form,
+    turning a conv into a matmul first (as greedy search did on ResNet-50) left its batch norm unfoldable."""
 
     name = "fold_batchnorm"
 
@@ -48,36 +52,67 @@ class FoldBatchNorm(Rule):
         out = []
         for name, bn in g.calls("relax.nn.batch_norm"):
             a = bn.attrs
-            conv = bn.args[0]
-            if bool(a.training) or not isinstance(conv, Var) or g.single_use(conv.name) != name:
-                continue
-            c = plain_conv(g, conv.name)
-            if c is None or int(a.axis) % len(c["shape"]) != 1:
-                continue
-            params = [g.const(p) for p in bn.args[1:]]
-            if any(p is None or p.shape != (c["shape"][1],) for p in params):
+            producer = bn.args[0]
+            if bool(a.training) or not isinstance(producer, Var) or g.single_use(producer.name) != name:
                 continue
             item = g.single_use(name)
             value = g.values.get(item) if item else None
             # Only the normalised tensor may be read: the other outputs are the running statistics.
             if not (isinstance(value, TupleGetItem) and int(value.index) == 0):
                 continue
-            out.append(self.match((conv.name, name, item), f"fold {name} into {conv.name}"))
+            c = plain_conv(g, producer.name)
+            if c is not None:
+                channels, names = (c["shape"][1] if int(a.axis) % len(c["shape"]) == 1 else None), ()
+            else:
+                channels, names = _permuted_matmul_columns(g, producer.name, int(a.axis)), ("matmul",)
+            if channels is None:
+                continue
+            params = [g.const(p) for p in bn.args[1:]]
+            if any(p is None or p.shape != (channels,) for p in params):
+                continue
+            out.append(self.match((producer.name, name, item), f"fold {name} into {producer.name}", names))
         return out
 
     def rewrite(self, g: Graph, m: Match, edit: Edit) -> None:
-        conv_name, bn_name, item = m.names
-        bn, c = g.values[bn_name], plain_conv(g, conv_name)
-        gamma, beta, mean, var = (g.const(p).astype(np.float64) for p in g.values[bn_name].args[1:])
+        producer, bn_name, item = m.names
+        bn = g.values[bn_name]
+        gamma, beta, mean, var = (g.const(p).astype(np.float64) for p in bn.args[1:])
         a = bn.attrs
         gamma = gamma if bool(a.scale) else np.ones_like(gamma)
         beta = beta if bool(a.center) else np.zeros_like(beta)
         scale = gamma / np.sqrt(var + float(a.epsilon))
-        weight = c["weight"].astype(np.float64) * scale[:, None, None, None]
-        bias = (beta - mean * scale).reshape(1, -1, 1, 1)
-        edit.set_value(conv_name, make_conv(c["x"], const(weight, c["dtype"]), c))
+        shift = beta - mean * scale
         edit.remove(bn_name)
-        edit.set_value(item, relax.op.add(g.vars[conv_name], const(bias, c["dtype"])))
+        if m.params == ("matmul",):  # permute_dims(x @ W): scale W's columns, shift on the normalised axis
+            mm_name = g.values[producer].args[0].name
+            mm = const_weight_matmul(g, mm_name)
+            weight = mm["weight"].astype(np.float64) * scale[None, :]
+            edit.set_value(mm_name, relax.op.matmul(mm["x"], const(weight, mm["dtype"]), out_dtype=mm["out_dtype"]))
+            rank = len(float_tensor(g.vars[producer])[0])
+            shape = [1] * rank
+            shape[int(a.axis) % rank] = -1
+            edit.set_value(item, relax.op.add(g.vars[producer], const(shift.reshape(shape), mm["dtype"])))
+            return
+        c = plain_conv(g, producer)
+        weight = c["weight"].astype(np.float64) * scale[:, None, None, None]
+        edit.set_value(producer, make_conv(c["x"], const(weight, c["dtype"]), c))
+        edit.set_value(item, relax.op.add(g.vars[producer], const(shift.reshape(1, -1, 1, 1), c["dtype"])))
+
+
+def _permuted_matmul_columns(g: Graph, name: str, axis: int) -> int | None:
+    """The column count of x @ W when `name` = permute_dims(x @ W) (W a constant, the product read only there)
+    and `axis` of the permuted tensor is the product's last one; else None."""
+    perm = g.values.get(name)
+    if op_name(perm) != "relax.permute_dims" or perm.attrs.axes is None or not isinstance(perm.args[0], Var):
+        return None
+    mm_name = perm.args[0].name
+    mm = const_weight_matmul(g, mm_name)
+    if mm is None or g.single_use(mm_name) != name or float_tensor(g.vars[name]) is None:
+        return None
+    rank, axes = len(mm["shape"]), [int(x) for x in perm.attrs.axes]
+    if axes[axis % rank] != rank - 1:
+        return None
+    return mm["weight"].shape[1]
 
 
 def _merge_key(c: dict) -> tuple:
