@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=4, help="RL pass: episodes (first greedy, rest sampled)")
     ap.add_argument("--time-budget", type=float, default=10.0, help="RL pass: search seconds per model")
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--greedy-steps", type=int, default=100, help="greedy: rewrites at most")
+    ap.add_argument("--greedy-steps", type=int, default=500, help="greedy: rewrites at most")
     ap.add_argument("--no-measure", action="store_true", help="compare by the roofline proxy only (no builds: "
                     "for full-size models on CPU, whose untuned builds take minutes per run)")
     ap.add_argument("--force", action="store_true", help="re-run models already in the JSON")

@@ -30,6 +30,9 @@ def test_op_flops_and_bytes_from_shapes():
     assert profiles[0].nbytes == 4 * (4 * 8 + 8 * 16 + 4 * 16)
     conv = next(p for p in cost.op_profiles(T.bn_graph(cin=3, cout=4, hw=6, k=3)) if p.op == "relax.nn.conv2d")
     assert conv.flops == 2 * (4 * 6 * 6) * (3 * 3 * 3)
+    # batch_norm returns a tuple; its FLOPs are per element of the normalised tensor (it was priced at 0).
+    bn = next(p for p in cost.op_profiles(T.bn_graph(cin=3, cout=4, hw=6, k=3)) if p.op == "relax.nn.batch_norm")
+    assert bn.flops == cost._PER_ELEMENT["relax.nn.batch_norm"] * 4 * 6 * 6
 
 
 def test_fusion_model_puts_epilogue_in_one_kernel_and_counts_only_its_boundary():

@@ -314,6 +314,8 @@ def op_flops(call: Call, out: Var) -> float:
     if name in fusion.VIEW_OPS or name in ("relax.permute_dims", "relax.broadcast_to", "relax.zeros_like",
                                      "relax.concat", "relax.split", "relax.take", "relax.strided_slice"):
         return 0.0
+    if name == "relax.nn.batch_norm":  # returns (normalised, mean, var): count the normalised tensor's elements
+        n_out = _numel(call.args[0])  # (a tuple has none: batch norm was priced at 0 FLOPs)
     return float(_PER_ELEMENT.get(name, 1) * n_out)
 
 
