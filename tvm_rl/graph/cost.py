@@ -219,18 +219,11 @@ def graph_of(mod: tvm.IRModule) -> Graph:
     return g
 
 
-_INFO: dict[int, tuple[object, tuple]] = keepalive.cache({})  # expr address -> (expr, its tensor_info)
-
-
+@keepalive.per_object(_MEMO_LIMIT)
 def tensor_info(expr) -> tuple[tuple[int, ...] | None, int]:
     """(static shape or None, bytes) of a Var's or constant's type, memoised per object (called for every
     tensor of every candidate graph priced: `memo`'s generic key was a third of pricing)."""
-    hit = _INFO.get(expr.__chandle__())
-    if hit is None:
-        if len(_INFO) > _MEMO_LIMIT:
-            _INFO.clear()
-        hit = _INFO[expr.__chandle__()] = (expr, (static_shape(expr.ty), _nbytes(expr.ty)))
-    return hit[1]
+    return static_shape(expr.ty), _nbytes(expr.ty)
 
 
 @dataclass(frozen=True)
@@ -322,30 +315,18 @@ def op_flops(call: Call, out: Var) -> float:
 def op_profiles(mod: tvm.IRModule, graph: Graph | None = None) -> list[OpProfile]:
     """FLOPs and bytes of every dataflow binding of `main`, each as if it ran alone (node features)."""
     g = graph or graph_of(mod)
-    out = []
-    for name in g.order:
-        var, value = g.vars[name], g.values[name]
-        key = (var.__chandle__(), value.__chandle__())
-        hit = _PROFILES.get(key)
-        if hit is None:
-            if len(_PROFILES) > _MEMO_LIMIT:
-                _PROFILES.clear()
-            hit = _PROFILES[key] = (var, value, _op_profile(name, var, value))
-        out.append(hit[2])
-    return out
+    return [_op_profile(g.vars[name], g.values[name]) for name in g.order]
 
 
-_PROFILES: dict[tuple[int, int], tuple] = keepalive.cache({})  # (var, value) addresses -> (var, value, profile)
-
-
-def _op_profile(name: str, var: Var, value) -> OpProfile:
+@keepalive.per_object(_MEMO_LIMIT)
+def _op_profile(var: Var, value) -> OpProfile:
     op = op_name(value) or {Tuple: "tuple", TupleGetItem: "tuple_get_item"}.get(type(value), "var")
     args = fusion.inputs_of(value)
     if op.startswith("relax.") and op not in fusion.VIEW_OPS:
         flops, nbytes = op_flops(value, var), sum(tensor_info(a)[1] for a in args) + tensor_info(var)[1]
     else:
         flops, nbytes = 0.0, 0
-    return OpProfile(name, op, flops, nbytes, tuple(a.name for a in args if isinstance(a, Var)))
+    return OpProfile(var.name, op, flops, nbytes, tuple(a.name for a in args if isinstance(a, Var)))
 
 
 def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[float, int, str]]:

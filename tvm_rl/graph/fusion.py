@@ -56,21 +56,13 @@ def pattern_of(value) -> int:
     return PATTERNS.get(op_name(value) or "", OPAQUE)
 
 
-# By the value's address; the entry keeps the value alive.
-_INPUTS: dict[int, tuple[object, tuple]] = keepalive.cache({})
-
-
+@keepalive.per_object(4096)  # entries hold bindings and their constants: keep about a step's worth
 def inputs_of(value) -> tuple:
     """The Vars and constants a binding reads (fields of an inline tuple argument included).
 
     Remembered per value object: the candidates of one step share almost all their bindings, and reading
     arguments through TVM's FFI is what pricing a graph spends most of its time on."""
-    hit = _INPUTS.get(value.__chandle__())
-    if hit is None:
-        if len(_INPUTS) > 4096:  # entries hold bindings and their constants: keep about a step's worth
-            _INPUTS.clear()
-        hit = _INPUTS[value.__chandle__()] = (value, _read_inputs(value))
-    return hit[1]
+    return _read_inputs(value)
 
 
 def _read_inputs(value) -> tuple:

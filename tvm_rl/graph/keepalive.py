@@ -12,7 +12,8 @@ caches then hold at most `BUDGET` bytes of new weights; a flush costs only recom
 """
 from __future__ import annotations
 
-from typing import MutableMapping
+import functools
+from typing import Callable, MutableMapping
 
 BUDGET = 2 << 30  # bytes of new constants made between flushes
 
@@ -24,6 +25,28 @@ def cache(mapping: MutableMapping) -> MutableMapping:
     """Register `mapping` (entries that keep TVM objects alive) to be cleared by `flush`; returns it."""
     _CACHES.append(mapping)
     return mapping
+
+
+def per_object(limit: int = 8192) -> Callable[[Callable], Callable]:
+    """Decorator: `fn(*objects)` remembered by the objects' addresses, in a cache registered here.
+
+    Each entry holds its objects so an address cannot be reused while cached (TVM's `==` on expressions is slow,
+    so lookups go by address); the cache is cleared when it passes `limit` entries, and by `flush`."""
+    def wrap(fn: Callable) -> Callable:
+        entries: dict = cache({})
+
+        @functools.wraps(fn)
+        def remembered(*objects):
+            key = objects[0].__chandle__() if len(objects) == 1 else tuple(o.__chandle__() for o in objects)
+            hit = entries.get(key)
+            if hit is None:
+                if len(entries) > limit:
+                    entries.clear()
+                hit = entries[key] = (objects, fn(*objects))
+            return hit[1]
+
+        return remembered
+    return wrap
 
 
 def created(nbytes: int) -> None:

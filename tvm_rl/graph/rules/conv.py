@@ -88,7 +88,7 @@ class FoldBatchNorm(Rule):
             mm = const_weight_matmul(g, mm_name)
             weight = mm["weight"].astype(np.float64) * scale[None, :]
             edit.set_value(mm_name, relax.op.matmul(mm["x"], const(weight, mm["dtype"]), out_dtype=mm["out_dtype"]))
-            rank = len(float_tensor(g.vars[producer])[0])
+            rank = len(mm["shape"])  # permute_dims keeps the rank
             shape = [1] * rank
             shape[int(a.axis) % rank] = -1
             edit.set_value(item, relax.op.add(g.vars[producer], const(shift.reshape(shape), mm["dtype"])))

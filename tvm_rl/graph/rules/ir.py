@@ -30,19 +30,12 @@ class RuleError(RuntimeError):
 
 def op_name(expr) -> str | None:
     """"relax.nn.conv2d" for a call to that operator, None for anything else."""
-    handle = getattr(expr, "__chandle__", None)
-    if handle is None:
-        return None
-    hit = _OP_NAMES.get(handle())
-    if hit is None:  # remembered per object: pricing a graph asks for every binding's, through TVM's FFI
-        if len(_OP_NAMES) > 8192:
-            _OP_NAMES.clear()
-        name = expr.op.name if isinstance(expr, Call) and isinstance(expr.op, Op) else None
-        hit = _OP_NAMES[handle()] = (expr, name)
-    return hit[1]
+    return _op_name(expr) if hasattr(expr, "__chandle__") else None
 
 
-_OP_NAMES: dict[int, tuple[object, str | None]] = keepalive.cache({})  # expr address -> (expr, op_name)
+@keepalive.per_object()  # pricing a graph asks for every binding's, through TVM's FFI
+def _op_name(expr) -> str | None:
+    return expr.op.name if isinstance(expr, Call) and isinstance(expr.op, Op) else None
 
 
 def var_refs(expr) -> Iterator[str]:
@@ -59,18 +52,11 @@ def var_refs(expr) -> Iterator[str]:
         yield from var_refs(expr.tuple_value)
 
 
-_REFS: dict[int, tuple[object, tuple[str, ...]]] = keepalive.cache({})  # value address -> (value, its var_refs)
-
-
+@keepalive.per_object()
 def value_refs(value) -> tuple[str, ...]:
     """`tuple(var_refs(value))`, remembered per binding value: a candidate graph shares almost all its bindings
     with its parent, and reading arguments through TVM's FFI was most of building its `Graph`."""
-    hit = _REFS.get(value.__chandle__())
-    if hit is None:
-        if len(_REFS) > 8192:
-            _REFS.clear()
-        hit = _REFS[value.__chandle__()] = (value, tuple(var_refs(value)))
-    return hit[1]
+    return tuple(var_refs(value))
 
 
 def static_shape(ty) -> tuple[int, ...] | None:
