@@ -25,7 +25,7 @@ from tvm_rl.graph import cost, search  # noqa: E402
 from tvm_rl.graph.agent import GraphActorCritic  # noqa: E402
 from tvm_rl.graph.rewrite_pass import RLRewritePass  # noqa: E402
 
-KEYS = ("original", "relax_builtin", "greedy", "backtracking", "rl")
+KEYS = ("original", "relax_builtin", "greedy", "backtracking", "rl_one_match", "rl")
 
 
 def proxy_rows(variants: dict, fn) -> dict[str, dict]:
@@ -54,6 +54,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50, help="RL pass: steps per episode (the time budget usually ends it first)")
     ap.add_argument("--episodes", type=int, default=4, help="RL pass: episodes (first greedy, rest sampled)")
     ap.add_argument("--time-budget", type=float, default=10.0, help="RL pass: search seconds per model")
+    ap.add_argument("--no-all-matches", action="store_true", help="RL pass: one match per step only (no "
+                    "\"apply every match of a rule\" actions)")
+    ap.add_argument("--one-match-too", action="store_true", help="also run the RL pass with one match per step "
+                    "(column rl_one_match): what the \"every match\" actions add")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--greedy-steps", type=int, default=500, help="greedy: rewrites at most")
     ap.add_argument("--no-measure", action="store_true", help="compare by the roofline proxy only (no builds: "
@@ -86,16 +90,24 @@ def main() -> None:
         variants["greedy"] = confirmed(r, model.mod, measure_pair, guard)
         r = search.backtracking(model.mod, fn, alpha=args.alpha, budget=args.budget, cap=args.cap)
         variants["backtracking"] = confirmed(r, model.mod, measure_pair, guard)
-        rl = RLRewritePass(target, policy, max_steps=args.steps, episodes=args.episodes, cap=args.cap,
-                           time_budget_s=args.time_budget, database=database, cost=fn, confirm=guard,
-                           measure_pair=measure_pair)
-        rewritten = rl(model.mod)
-        report = rl.last_report
-        variants["rl"] = (rewritten, report.seconds, report.applied)
+        def run_pass(all_matches: bool):
+            rl = RLRewritePass(target, policy, max_steps=args.steps, episodes=args.episodes, cap=args.cap,
+                               time_budget_s=args.time_budget, database=database, cost=fn, confirm=guard,
+                               measure_pair=measure_pair, all_matches=all_matches)
+            return rl(model.mod), rl.last_report
+
+        reports = {}
+        if args.one_match_too:
+            rewritten, reports["rl_one_match"] = run_pass(False)
+            variants["rl_one_match"] = (rewritten, reports["rl_one_match"].seconds, reports["rl_one_match"].applied)
+        rewritten, reports["rl"] = run_pass(not args.no_all_matches)
+        variants["rl"] = (rewritten, reports["rl"].seconds, reports["rl"].applied)
         rows = (proxy_rows(variants, fn) if args.no_measure
                 else measure_variants(model, variants, target, database, args.repeat, fn, tuner(target, args)))
-        rows["rl"].update(confirm_s=round(report.confirm_seconds, 2), steps=report.steps, kept=report.kept,
-                          reason=report.reason)
+        for key, report in reports.items():
+            rows[key].update(confirm_s=round(report.confirm_seconds, 2), steps=report.steps, kept=report.kept,
+                             reason=report.reason)
+        report = reports["rl"]
         rows["seen_in_training"] = name in seen_models
         results[name] = rows
         print(f"{name}: " + ", ".join(f"{k} {rows[k]['latency_ms']:.3f} ms ({rows[k]['speedup']:.2f}x)"
@@ -108,9 +120,11 @@ def main() -> None:
                                    "confirmed": not (args.no_measure or args.no_confirm), "policy": args.policy or "shipped",
                                    "policy_meta": policy.meta, "budget": args.budget, "alpha": args.alpha,
                                    "cap": args.cap, "steps": args.steps, "episodes": args.episodes,
-                                   "time_budget_s": args.time_budget, "repeat": args.repeat, "models": results},
+                                   "time_budget_s": args.time_budget,
+                                   "all_matches": not args.no_all_matches, "repeat": args.repeat, "models": results},
                                   indent=1))
-    keys = tuple(k for k in KEYS if not (args.no_measure and k == "relax_builtin"))
+    keys = tuple(k for k in KEYS if not (args.no_measure and k == "relax_builtin")
+                 and all(k in r for r in results.values()))
     table = {n: {k: v for k, v in r.items() if k != "seen_in_training"} for n, r in results.items()}
     def group(name: str) -> str:
         if name in seen_models:

@@ -16,8 +16,8 @@ from tvm_rl.graph.agent import (DEFAULT_POLICY, Decision, GraphActorCritic, Poli
 from tvm_rl.graph.env import GraphRewriteEnv
 from tvm_rl.graph.fingerprint import same_graph
 from tvm_rl.graph.rewrite_pass import RLRewritePass
-from tvm_rl.graph.train import (Batch, TrainConfig, demonstrations, greedy_row, imitate, play, ppo_loss, ppo_update,
-                                 train)
+from tvm_rl.graph.train import (Batch, TrainConfig, demonstrations, greedy_row, imitate, make_env, play, ppo_loss,
+                                 ppo_update, train)
 from tvm_rl.graph.verify import compare_variants
 
 
@@ -132,6 +132,20 @@ def test_unknown_models_and_modules_are_named_before_training(tmp_path):
         train(TrainConfig(models=("no_such_model",), work_dir=str(tmp_path)), progress=False)
     with pytest.raises(ImportError, match="no_such_module"):
         train(TrainConfig(model_modules=("no_such_module",), work_dir=str(tmp_path)), progress=False)
+
+
+def test_training_offers_the_every_match_actions_unless_told_not_to(monkeypatch):
+    from tvm_rl.graph import train as train_module
+    from tvm_rl.graph.rules import AllMatches
+
+    for flag, expected in ((None, True), ("--no-all-matches", False)):
+        seen = {}
+        monkeypatch.setattr(train_module, "train", lambda config: seen.setdefault("config", config))
+        train_module.main(["--models", "bert"] + ([flag] if flag else []))
+        config = seen["config"]
+        assert config.all_matches is expected
+        env = make_env("bert", config)
+        assert any(isinstance(r, AllMatches) for r in env.rules) is expected
 
 
 @pytest.mark.slow
@@ -273,6 +287,47 @@ def test_the_shortlist_prices_repeated_matches_once_and_shows_exact_costs():
     rt0 = proxy(mod)
     for step in shown[3]:  # each shown relative cost is one the cost function returned
         assert all(np.isclose(priced[3], c * rt0, rtol=1e-5).any() for c in step)
+
+
+def bn_chain_graph(layers: int = 3, seed: int = 0):
+    """conv -> batch_norm -> relu, `layers` times: one batch-norm fold per layer."""
+    rng = np.random.default_rng(seed)
+    R = relax.op
+
+    def body(emit, x):
+        for _ in range(layers):
+            y = emit(R.nn.conv2d(x, T.rand(rng, 4, 4, 3, 3), padding=1))
+            t = emit(R.nn.batch_norm(y, T.rand(rng, 4, low=0.5, high=1.5), T.rand(rng, 4), T.rand(rng, 4),
+                                     T.rand(rng, 4, low=0.5, high=1.5), axis=1, training=False))
+            x = emit(R.nn.relu(emit(relax.TupleGetItem(t, 0))))
+        return x
+
+    return T.module(body, [(1, 4, 6, 6)])
+
+
+def cheapest_first(policy: GraphActorCritic) -> GraphActorCritic:
+    """`policy` made to take the candidate with the lowest relative cost (global feature 0) each step."""
+    policy.act = lambda decision, *a, **k: (int(np.argmin(decision.globals[:, 0])),) * 2 + (0.0, 0.0)
+    return policy
+
+
+def test_every_match_of_a_rule_is_one_action_by_default():
+    """Folding every batch norm is one step with the "every match" actions and three without; both exact."""
+    mod = bn_chain_graph(3)
+    outs, applied = {}, {}
+    for all_matches in (True, False):
+        rewrite = RLRewritePass(policy=cheapest_first(small_policy()), max_steps=1, confirm=False,
+                                all_matches=all_matches)
+        outs[all_matches] = rewrite(mod)
+        report = rewrite.last_report
+        assert report.kept and len(report.applied) == 1
+        left = costs.op_profiles(outs[all_matches])
+        n_bn = sum(p.op == "relax.nn.batch_norm" for p in left)
+        assert n_bn == (0 if all_matches else 2), (all_matches, report.applied)
+        applied[all_matches] = report.applied[0]
+    assert applied[True] == "fold_batchnorm[all]: all 3 matches" and applied[False].startswith("fold_batchnorm: ")
+    comparison = compare_variants(mod, {"all": outs[True], "one": outs[False]})
+    assert all(c.ok for c in comparison.values()), comparison
 
 
 def test_seeded_runs_are_reproducible():

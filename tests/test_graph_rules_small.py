@@ -9,7 +9,8 @@ from tvm import relax
 from tvm.ir import TupleGetItem
 
 from tvm_rl.graph import testing as T
-from tvm_rl.graph.rules import all_rules, get_rule, rule_names
+from tvm_rl.graph.fingerprint import same_graph
+from tvm_rl.graph.rules import AllMatches, RuleError, all_rules, get_rule, rule_names, with_all_matches
 from tvm_rl.graph.rules import attention, concat, conv, layout, linear, matmul, nhwc, pool, simplify
 from tvm_rl.graph.rules.ir import const, static_shape
 from tvm_rl.graph.verify import compare_variants
@@ -752,3 +753,41 @@ def test_activation_after_maxpool_random(act, k, stride, pad, hw):
        channels=st.integers(1, 4))
 def test_avg_pool_to_conv_random(k, stride, pad, hw, channels):
     check_family("avg_pool_to_conv", T.avgpool_graph(k, stride, min(pad, k // 2), hw, channels))
+
+
+# ---- "every match of a rule" as one action (rules.AllMatches)
+
+
+@pytest.mark.parametrize("name", [n for n in T.EXAMPLES if len(get_rule(n).matches(T.EXAMPLES[n]())) >= 2])
+def test_all_matches_action_applies_every_match_exactly(name):
+    mod, rule = T.EXAMPLES[name](), get_rule(name)
+    every = AllMatches(rule)
+    found = every.matches(mod)
+    assert len(found) == 1 and found[0].rule == f"{name}[all]"
+    assert set(found[0].names) == {n for m in rule.matches(mod) for n in m.names}
+    out = every.apply(mod, found[0])
+    assert relax.analysis.check_well_formed(out)
+    assert same_graph(out, rule.apply_all(mod)[0])
+    assert not rule.matches(out) or len(rule.matches(out)) < len(rule.matches(mod))
+    assert_exact(mod, {"all": out})
+
+
+def test_all_matches_action_needs_two_matches_and_its_own_match():
+    one = T.bn_graph()  # a single batch norm: the family's own action covers it
+    assert len(get_rule("fold_batchnorm").matches(one)) == 1
+    assert AllMatches(get_rule("fold_batchnorm")).matches(one) == []
+    mod = T.permute_graph()
+    every = AllMatches(get_rule("permute_compose"))
+    with pytest.raises(RuleError, match="given to rule"):
+        every.apply(mod, get_rule("permute_compose").matches(mod)[0])
+    stale = every.matches(mod)[0]
+    with pytest.raises(RuleError, match="does not match"):
+        every.apply(every.apply(mod, stale), stale)
+
+
+def test_with_all_matches_keeps_the_rules_and_adds_one_action_each():
+    rules = all_rules()
+    extended = with_all_matches(rules)
+    assert extended[:len(rules)] == rules
+    assert [r.name for r in extended[len(rules):]] == [f"{r.name}[all]" for r in rules]
+    assert len(with_all_matches(extended)) == len(extended)  # not doubled

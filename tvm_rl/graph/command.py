@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     ap.add_argument("--database", default=None, help="MetaSchedule work dir whose tuned kernels the "
                     "confirmation builds use (on CPU, untuned kernels are naive loops)")
     ap.add_argument("--no-confirm", action="store_true", help="trust the cost model; skip the measurement")
+    ap.add_argument("--no-all-matches", action="store_true", help="one match per step only (no \"apply every "
+                    "match of a rule\" actions)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work-dir", default="logs", help="where rewrite_<model>.json and .relax.json go")
     args = ap.parse_args(argv)
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
         database = open_database(args.database)
     rewrite = RLRewritePass(target, args.policy, max_steps=args.steps, episodes=args.episodes,
                             time_budget_s=args.time_budget, confirm=not args.no_confirm, database=database,
-                            seed=args.seed)
+                            seed=args.seed, all_matches=not args.no_all_matches)
     out = rewrite(model.mod)
     r = rewrite.last_report
     name = args.model or Path(args.onnx).stem

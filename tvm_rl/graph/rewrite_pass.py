@@ -31,7 +31,7 @@ from .agent import Decision, GraphActorCritic
 from .calibration import proxy_roofline
 from .candidates import Shortlist, enumerate_candidates
 from .env import encode, global_features
-from .rules import Rule, all_rules
+from .rules import Rule, all_rules, with_all_matches
 
 log = logging.getLogger("tvm_rl.graph")
 
@@ -106,6 +106,8 @@ class RLRewritePass:
     `database`'s tuned kernels when it has any: `calibration.proxy_roofline`).
     cap: candidates enumerated per step (None: all). shortlist: the policy chooses among this many of them,
     the cheapest by `cost` (None: all); encoding every candidate is most of a step's time on full-size models.
+    all_matches: also offer, per rule family with two or more matches, the action "apply every match of it"
+    (`rules.AllMatches`): full-size CNNs need 50-120 single rewrites, more than fit in the time budget.
     measure_pair: replaces the confirmation's measurement ((input, result) -> their ms, timed side by side as
     `cost.pair_measure` does; e.g. `cost.tuned_pair_measure` to tune new kernels first).
     """
@@ -114,7 +116,7 @@ class RLRewritePass:
                  max_steps: int = 50, time_budget_s: float | None = 10.0, episodes: int = 1, confirm: bool = True,
                  database=None, repeat: int = 10, cost: costs.CostFn | None = None,
                  rules: Sequence[Rule] | None = None, cap: int | None = None, shortlist: int | None = 16,
-                 seed: int = 0, measure_pair: costs.PairMeasure | None = None):
+                 seed: int = 0, measure_pair: costs.PairMeasure | None = None, all_matches: bool = True):
         if max_steps < 0 or episodes < 1:
             raise ValueError(f"need max_steps >= 0 and episodes >= 1, got {max_steps} and {episodes}")
         self.target = measure.parse_target(target)
@@ -124,6 +126,8 @@ class RLRewritePass:
         self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
         self.confirm = confirm
         self.rules = all_rules() if rules is None else list(rules)
+        if all_matches:
+            self.rules = with_all_matches(self.rules)
         self.cap, self.shortlist, self.seed = cap, shortlist, seed
         self.measure_pair = measure_pair or costs.pair_measure(self.target, database=database, repeat=repeat)
         self.last_report: RewriteReport | None = None

@@ -26,6 +26,7 @@ import torch
 
 from ..errors import UnknownModelError
 from .agent import Decision, GraphActorCritic, PolicyConfig, decision_from_observation
+from .rules import all_rules, with_all_matches
 
 
 @dataclass
@@ -39,6 +40,8 @@ class TrainConfig:
     episodes_per_iteration: int = 4
     horizon: int = 10
     cap: int = 64  # candidates enumerated per step
+    # Also offer "apply every match of this rule" per family (rules.AllMatches), as RLRewritePass does.
+    all_matches: bool = True
     shortlist: int = 16  # of those, the cheapest by the proxy are shown to the agent, as RLRewritePass does (0: all)
     database: str = ""  # MetaSchedule work dir: price kernels with the roofline fitted to its tuned kernels
     gamma: float = 0.99
@@ -101,7 +104,8 @@ def make_env(model: str, config: TrainConfig):
     import_model_modules(config.model_modules)
     return GraphRewriteEnv(models.load(model, config.size).mod, cap=config.cap, horizon=config.horizon,
                            target=config.target, hardware=proxy_roofline(config.target, config.database or None),
-                           shortlist=config.shortlist or None)
+                           shortlist=config.shortlist or None,
+                           rules=with_all_matches(all_rules()) if config.all_matches else None)
 
 
 def play(env, policy: GraphActorCritic, rng: np.random.Generator, model: str = "", greedy: bool = False
@@ -374,7 +378,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> None:
     for f in fields(TrainConfig):
         value = getattr(defaults, f.name)
         flag = "--" + f.name.replace("_", "-")
-        if isinstance(value, tuple):
+        if isinstance(value, bool):
+            ap.add_argument(flag, action=argparse.BooleanOptionalAction, default=value, help=f"default: {value}")
+        elif isinstance(value, tuple):
             ap.add_argument(flag, nargs="+", default=list(value), help=f"default: {' '.join(value)}")
         else:
             ap.add_argument(flag, type=type(value), default=value, help=f"default: {value}")

@@ -7,7 +7,8 @@
 """
 from . import concat, conv, layout, matmul, simplify  # noqa: F401  (registers the families, in this order)
 from . import attention, linear, nhwc, pool  # noqa: F401,E402  (the later families, after these)
-from .base import Match, Rule, all_rules, get_rule, register, rule_names
+from .base import AllMatches, Match, Rule, all_rules, get_rule, register, rule_names, with_all_matches
 from .ir import Edit, Graph, RuleError
 
-__all__ = ["Edit", "Graph", "Match", "Rule", "RuleError", "all_rules", "get_rule", "register", "rule_names"]
+__all__ = ["AllMatches", "Edit", "Graph", "Match", "Rule", "RuleError", "all_rules", "get_rule", "register", "rule_names",
+           "with_all_matches"]

@@ -7,7 +7,7 @@ use of the values it removes, attributes) are proven; anything it cannot prove i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Sequence, TypeVar
 
 import tvm
 from tvm import relax
@@ -60,18 +60,26 @@ class Rule:
         self.rewrite(graph, match, edit)
         return edit.commit(str(match), check=check)
 
-    def apply_all(self, mod: tvm.IRModule, check: bool = True) -> tuple[tvm.IRModule, list[Match]]:
+    def apply_all(self, mod: tvm.IRModule, check: bool = True, graph: Graph | None = None
+                  ) -> tuple[tvm.IRModule, list[Match]]:
         """Apply every match offered on `mod`, one after another (skipping any an earlier one removed);
         returns the result and the matches applied. With `check`, the result's well-formedness is checked
-        once at the end."""
+        once at the end. `graph`: a view of `mod` already built."""
         applied = []
-        for match in self.matches(mod):
+        if graph is None or graph.mod is not mod:
             graph = Graph(mod)
-            if match in self.find(graph):
+        pending = self.find(graph)
+        offered: set[Match] | None = set(pending)  # the matches of the current `mod`; None: not found yet
+        for match in pending:
+            if offered is None:
+                graph = Graph(mod)
+                offered = set(self.find(graph))
+            if match in offered:
                 edit = Edit(graph)
                 self.rewrite(graph, match, edit)
                 mod = edit.commit(str(match), check=False)
                 applied.append(match)
+                offered = None
         if check and applied and not relax.analysis.check_well_formed(mod):
             raise RuleError(f"{self.name}: applying {len(applied)} matches produced an ill-formed module")
         return mod, applied
@@ -89,6 +97,50 @@ class Rule:
 
     def __repr__(self) -> str:
         return f"<Rule {self.name}>"
+
+
+class AllMatches(Rule):
+    """Every match of one rule family at once, as a single action.
+
+    Full-size CNNs need 50-120 single rewrites (one batch-norm fold per conv), more than a policy can take
+    one at a time in seconds; "fold every batch norm" is one step. The matches are applied one after another,
+    each re-found on the graph the previous ones left (`Rule.apply_all`), so each is proven where it is
+    applied. Offered only where the family has at least two matches (one is the family's own action)."""
+
+    def __init__(self, rule: Rule):
+        self.rule = rule
+        self.name = f"{rule.name}[all]"
+
+    @property
+    def description(self) -> str:
+        return f"every match of {self.rule.name} at once: {self.rule.description}"
+
+    def find(self, graph: Graph) -> list[Match]:
+        found = self.rule.find(graph)
+        if len(found) < 2:
+            return []
+        names = tuple(n for m in found for n in m.names)
+        return [self.match(names, f"all {len(found)} matches", (len(found),))]
+
+    def apply(self, mod: tvm.IRModule, match: Match, check: bool = True, graph: Graph | None = None
+              ) -> tvm.IRModule:
+        if match.rule != self.name:
+            raise RuleError(f"match of rule {match.rule!r} given to rule {self.name!r}")
+        if graph is None or graph.mod is not mod:
+            graph = Graph(mod)
+        if check and match not in self.find(graph):
+            raise RuleError(f"{match} does not match this module")
+        return self.rule.apply_all(mod, check=check, graph=graph)[0]
+
+    def __repr__(self) -> str:
+        return f"<Rule {self.name}>"
+
+
+def with_all_matches(rules: Sequence[Rule]) -> list[Rule]:
+    """`rules`, then an `AllMatches` action for each of them that has none yet."""
+    rules = list(rules)
+    covered = {r.rule.name for r in rules if isinstance(r, AllMatches)}
+    return rules + [AllMatches(r) for r in rules if not isinstance(r, AllMatches) and r.name not in covered]
 
 
 _REGISTRY: dict[str, type[Rule]] = {}
