@@ -50,15 +50,21 @@ class Rule:
         result is well formed (about 0.1 s on a 200-binding model); a caller that took `match` from
         `matches(mod)` and trusts the rules may skip both.
         """
+        graph = self._offered(mod, match, check, graph)
+        edit = Edit(graph)
+        self.rewrite(graph, match, edit)
+        return edit.commit(str(match), check=check)
+
+    def _offered(self, mod: tvm.IRModule, match: Match, check: bool, graph: Graph | None) -> Graph:
+        """A view of `mod` (`graph` when it is one), after confirming `match` is this rule's and, with `check`,
+        offered on `mod`."""
         if match.rule != self.name:
             raise RuleError(f"match of rule {match.rule!r} given to rule {self.name!r}")
         if graph is None or graph.mod is not mod:
             graph = Graph(mod)
         if check and match not in self.find(graph):
             raise RuleError(f"{match} does not match this module")
-        edit = Edit(graph)
-        self.rewrite(graph, match, edit)
-        return edit.commit(str(match), check=check)
+        return graph
 
     def apply_all(self, mod: tvm.IRModule, check: bool = True, graph: Graph | None = None
                   ) -> tuple[tvm.IRModule, list[Match]]:
@@ -124,13 +130,7 @@ class AllMatches(Rule):
 
     def apply(self, mod: tvm.IRModule, match: Match, check: bool = True, graph: Graph | None = None
               ) -> tvm.IRModule:
-        if match.rule != self.name:
-            raise RuleError(f"match of rule {match.rule!r} given to rule {self.name!r}")
-        if graph is None or graph.mod is not mod:
-            graph = Graph(mod)
-        if check and match not in self.find(graph):
-            raise RuleError(f"{match} does not match this module")
-        return self.rule.apply_all(mod, check=check, graph=graph)[0]
+        return self.rule.apply_all(mod, check=check, graph=self._offered(mod, match, check, graph))[0]
 
     def __repr__(self) -> str:
         return f"<Rule {self.name}>"
