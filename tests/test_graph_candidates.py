@@ -141,3 +141,29 @@ def test_shortlist_keeps_the_cheapest_and_later_builds_only_what_it_keeps(monkey
     assert 0 < len(second) <= 4
     for c in second:  # each kept candidate is its match applied to this step's graph, and a change
         assert same_graph(c.mod, get_rule(c.match.rule).apply(step, c.match)) and not same_graph(c.mod, step)
+
+
+def test_shortlist_ranks_every_match_actions_by_their_members_without_building_them(monkeypatch):
+    """An "every match" action is built only once it makes the shortlist: ranked by its members' mean cost
+    change times their number, and last while none of them has been priced."""
+    from tvm_rl.graph import candidates as C
+    from tvm_rl.graph.rules import AllMatches, with_all_matches
+
+    rule = get_rule("identity_arith")
+    mod = T.identity_arith_graph()
+    members = rule.matches(mod)
+    assert len(members) >= 2
+    every = AllMatches(rule)
+    built = []
+    apply = AllMatches.apply
+    monkeypatch.setattr(AllMatches, "apply", lambda self, *a, **k: (built.append(1), apply(self, *a, **k))[1])
+    short = C.Shortlist(1, lambda m: float(len(m["main"].body.blocks[0].bindings)))  # cost: bindings left
+    (match,) = every.matches(mod)
+    assert short.delta(match) == float("inf")  # no member priced yet
+    first = short.enumerate(mod, 0.0, rules=with_all_matches([rule]))
+    assert not built and [c.rule.name for c in first] == [rule.name]  # ranked last, never built
+    short.deltas = {members[0]: -1.0, members[1]: -3.0}  # the others unpriced: the mean stands for them
+    assert short.delta(match) == -2.0 * len(members)
+    short.deltas.update({m: -2.0 for m in members[2:]})
+    second = short.enumerate(mod, 0.0, rules=with_all_matches([rule]))
+    assert len(built) == 1 and [c.rule.name for c in second] == [every.name]  # now the cheapest: built

@@ -10,6 +10,7 @@ matches in plain rule order are all layout and reshape no-ops, and greedy search
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
@@ -17,7 +18,7 @@ import tvm
 
 from .cost import graph_of
 from .fingerprint import module_key, same_graph
-from .rules import Match, Rule, RuleError, all_rules
+from .rules import AllMatches, Match, Rule, RuleError, all_rules
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class _Enumeration:
             return Candidate(rule, match, new, key)
         return None
 
-    def collect(self, cap: int | None, defer: Callable[[Match], bool] = lambda m: False) -> CandidateSet:
+    def collect(self, cap: int | None, defer: Callable[[Rule, Match], bool] = lambda r, m: False) -> CandidateSet:
         """Apply pairs in order until `cap` candidates; a pair `defer` accepts is kept unapplied, as
         (rule, match), counted towards the cap (`Shortlist` applies the few it keeps)."""
         if cap is not None and cap < 0:
@@ -128,7 +129,7 @@ class _Enumeration:
             if cap is not None and len(self.out.candidates) + len(self.deferred) >= cap:
                 self.out.truncated = len(self.pairs) - i
                 break
-            if defer(match):
+            if defer(rule, match):
                 self.deferred.append((rule, match))
                 continue
             cand = self.apply(rule, match)
@@ -164,17 +165,26 @@ class Shortlist:
         A deferred match is assumed to give a new graph (it did when it was priced); the few kept are applied
         and checked, so one that now repeats another or the input is dropped (the shortlist comes out short)."""
         enum = _Enumeration(mod, rules, check, strict)
-        found = enum.collect(cap, defer=lambda m: m in self.deltas)
+        found = enum.collect(cap, defer=lambda r, m: m in self.deltas or isinstance(r, AllMatches))
         for c in found.candidates:  # all new: the matches priced before were deferred
             self.deltas[c.match] = self.cost(c.mod) - current_cost
         position = {match: i for i, (_, match) in enumerate(enum.pairs)}
         entries = sorted([(c.rule, c.match, c) for c in found.candidates] + [(r, m, None) for r, m in enum.deferred],
                          key=lambda e: position[e[1]])  # candidate order, as enumerate_candidates gives it
-        ranked = sorted(range(len(entries)), key=lambda i: self.deltas[entries[i][1]])[:self.size]
+        ranked = sorted(range(len(entries)), key=lambda i: self.delta(entries[i][1]))[:self.size]
         kept = [entries[i] for i in sorted(ranked)]
         cands = [c if c is not None else enum.apply(rule, match) for rule, match, c in kept]
         return replace(found, candidates=[c for c in cands if c is not None],
                        shortlisted_out=max(0, len(entries) - self.size))
+
+    def delta(self, match: Match) -> float:
+        """The cost change `match` had when last priced exactly. An `AllMatches` action never priced is not built
+        to rank it (that took seconds on full-size CNNs: every batch norm folded): it is ranked by its members'
+        mean change times their number, and last when none of them was priced yet."""
+        if match in self.deltas:
+            return self.deltas[match]
+        known = [self.deltas[m] for m in match.params if isinstance(m, Match) and m in self.deltas]
+        return sum(known) / len(known) * len(match.params) if known else math.inf
 
     def record(self, candidates: Sequence[Candidate], costs: Sequence[float], current_cost: float) -> None:
         """The exact prices of the kept candidates, for ranking their matches on later steps."""

@@ -111,7 +111,8 @@ class AllMatches(Rule):
     Full-size CNNs need 50-120 single rewrites (one batch-norm fold per conv), more than a policy can take
     one at a time in seconds; "fold every batch norm" is one step. The matches are applied one after another,
     each re-found on the graph the previous ones left (`Rule.apply_all`), so each is proven where it is
-    applied. Offered only where the family has at least two matches (one is the family's own action)."""
+    applied. Offered only where the family has at least two matches (one is the family's own action). Its
+    match's `params` are the member matches, so a caller can estimate its effect from theirs."""
 
     def __init__(self, rule: Rule):
         self.rule = rule
@@ -126,7 +127,7 @@ class AllMatches(Rule):
         if len(found) < 2:
             return []
         names = tuple(n for m in found for n in m.names)
-        return [self.match(names, f"all {len(found)} matches", (len(found),))]
+        return [self.match(names, f"all {len(found)} matches", tuple(found))]  # params: the members
 
     def apply(self, mod: tvm.IRModule, match: Match, check: bool = True, graph: Graph | None = None
               ) -> tvm.IRModule:
