@@ -248,6 +248,26 @@ def test_real_confirmation_measures_both_graphs_and_keeps_only_a_faster_one():
     assert r.kept == (r.final_ms < r.initial_ms) and same_graph(out, mod) == (not r.kept)
 
 
+def test_the_time_budget_ends_a_step_that_would_overrun_it():
+    """Pricing that takes 0.2 s a graph: a step prices several, so the 0.5 s budget ends inside one, and the
+    pass returns within the budget and one pricing call, not at the end of the step."""
+    import time
+
+    mod = models.load("squeezenet1_1", "tiny").mod
+    proxy = costs.roofline_cost(costs.default_hardware("llvm"))
+
+    def slow(m):
+        time.sleep(0.2)
+        return proxy(m)
+
+    rewrite = RLRewritePass(policy=small_policy(), max_steps=50, confirm=False, cost=slow, time_budget_s=0.5,
+                            shortlist=None)
+    start = time.perf_counter()
+    out = rewrite(mod)
+    assert time.perf_counter() - start < 0.5 + 3 * 0.2 + 0.5  # the initial pricing, one call past, slack
+    assert rewrite.last_report.steps == 0 and same_graph(out, mod)
+
+
 def test_never_slower_by_cost_without_confirmation():
     mod = T.merge_matmul_graph()
     rewrite = RLRewritePass(policy=small_policy(), max_steps=3, confirm=False,

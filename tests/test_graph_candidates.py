@@ -1,4 +1,6 @@
 """Candidate enumeration: every (rule, match) applied, deduplicated by structural hash, capped, in order."""
+import time
+
 import pytest
 import tvm_ffi
 
@@ -7,7 +9,7 @@ from tvm_rl.graph.fingerprint import module_key
 from tvm import relax
 
 from tvm_rl.graph import testing as T
-from tvm_rl.graph.candidates import enumerate_candidates, interleave
+from tvm_rl.graph.candidates import Shortlist, enumerate_candidates, interleave
 from tvm_rl.graph.rules import Rule, RuleError, all_rules, get_rule
 
 R = relax.op
@@ -167,3 +169,16 @@ def test_shortlist_ranks_every_match_actions_by_their_members_without_building_t
     short.deltas.update({m: -2.0 for m in members[2:]})
     second = short.enumerate(mod, 0.0, rules=with_all_matches([rule]))
     assert len(built) == 1 and [c.rule.name for c in second] == [every.name]  # now the cheapest: built
+
+
+def test_a_passed_deadline_stops_enumeration_and_marks_the_set(monkeypatch):
+    mod = T.merge_matmul_graph()
+    full = enumerate_candidates(mod)
+    assert len(full) >= 2 and not full.timed_out
+    ticks = iter(range(1000))  # a clock that passes the deadline after the first candidate is applied
+    monkeypatch.setattr(time, "perf_counter", lambda: float(next(ticks)))
+    part = enumerate_candidates(mod, deadline=1.0)
+    assert part.timed_out and len(part) == 1
+    monkeypatch.setattr(time, "perf_counter", lambda: 5.0)
+    short = Shortlist(2, lambda m: 1.0).enumerate(mod, 1.0, deadline=1.0)
+    assert short.timed_out and len(short) == 0

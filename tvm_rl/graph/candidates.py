@@ -11,6 +11,7 @@ matches in plain rule order are all layout and reshape no-ops, and greedy search
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
@@ -42,7 +43,8 @@ class CandidateSet:
     n_matches: (rule, match) pairs found; duplicates: applied pairs dropped because their result equals an
     earlier candidate's; unchanged: pairs whose result equals the input module; truncated: pairs not
     applied at all because `cap` unique candidates were already collected; errors: pairs whose rewrite
-    failed (only with strict=False).
+    failed (only with strict=False); timed_out: the `deadline` passed before the set was complete (a partial
+    set, which a caller that honours its time budget does not act on).
     """
 
     candidates: list[Candidate]
@@ -52,6 +54,7 @@ class CandidateSet:
     truncated: int
     errors: list[tuple[Match, str]] = field(default_factory=list)
     shortlisted_out: int = 0  # unique candidates left out by a `Shortlist`
+    timed_out: bool = False
 
     def __len__(self) -> int:
         return len(self.candidates)
@@ -78,14 +81,20 @@ def interleave(groups: Sequence[Sequence]) -> list:
 
 
 def enumerate_candidates(mod: tvm.IRModule, rules: Sequence[Rule] | None = None, cap: int | None = None,
-                         check: bool = True, strict: bool = True) -> CandidateSet:
+                         check: bool = True, strict: bool = True, deadline: float | None = None) -> CandidateSet:
     """Apply every match of every rule to `mod`; keep the first of each structurally distinct result.
 
     `cap` bounds the number of unique candidates kept; the (rule, match) pairs left unapplied once it is
     reached are counted in `.truncated`. `check` validates each rewrite (see `Rule.apply`). With
-    `strict=False` a rule that fails is recorded in `.errors` instead of raising.
+    `strict=False` a rule that fails is recorded in `.errors` instead of raising. Past `deadline` (a
+    `time.perf_counter()` value) no more pairs are applied and the set is marked `.timed_out`.
     """
-    return _Enumeration(mod, rules, check, strict).collect(cap)
+    return _Enumeration(mod, rules, check, strict).collect(cap, deadline=deadline)
+
+
+def past(deadline: float | None) -> bool:
+    """Whether `deadline` (a `time.perf_counter()` value, None: none) has passed."""
+    return deadline is not None and time.perf_counter() >= deadline
 
 
 class _Enumeration:
@@ -120,8 +129,9 @@ class _Enumeration:
             return Candidate(rule, match, new, key)
         return None
 
-    def collect(self, cap: int | None, defer: Callable[[Rule, Match], bool] = lambda r, m: False) -> CandidateSet:
-        """Apply pairs in order until `cap` candidates; a pair `defer` accepts is kept unapplied, as
+    def collect(self, cap: int | None, defer: Callable[[Rule, Match], bool] = lambda r, m: False,
+                deadline: float | None = None) -> CandidateSet:
+        """Apply pairs in order until `cap` candidates or `deadline`; a pair `defer` accepts is kept unapplied, as
         (rule, match), counted towards the cap (`Shortlist` applies the few it keeps)."""
         if cap is not None and cap < 0:
             raise ValueError(f"cap must be >= 0, got {cap}")
@@ -132,6 +142,9 @@ class _Enumeration:
             if defer(rule, match):
                 self.deferred.append((rule, match))
                 continue
+            if past(deadline):
+                self.out.timed_out = True
+                break
             cand = self.apply(rule, match)
             if cand is not None:
                 self.out.candidates.append(cand)
@@ -158,22 +171,30 @@ class Shortlist:
         self.deltas.clear()
 
     def enumerate(self, mod: tvm.IRModule, current_cost: float, rules: Sequence[Rule] | None = None,
-                  cap: int | None = None, check: bool = False, strict: bool = False) -> CandidateSet:
+                  cap: int | None = None, check: bool = False, strict: bool = False,
+                  deadline: float | None = None) -> CandidateSet:
         """The `size` cheapest of `enumerate_candidates(mod, rules, cap, check, strict)`, without building the
         graphs of matches it has priced before and then leaves out (applying every candidate was a third of a
         step on full-size models).
         A deferred match is assumed to give a new graph (it did when it was priced); the few kept are applied
-        and checked, so one that now repeats another or the input is dropped (the shortlist comes out short)."""
+        and checked, so one that now repeats another or the input is dropped (the shortlist comes out short).
+        Past `deadline` it stops where it is and returns the set marked `.timed_out`."""
         enum = _Enumeration(mod, rules, check, strict)
-        found = enum.collect(cap, defer=lambda r, m: m in self.deltas or isinstance(r, AllMatches))
+        found = enum.collect(cap, defer=lambda r, m: m in self.deltas or isinstance(r, AllMatches), deadline=deadline)
         for c in found.candidates:  # all new: the matches priced before were deferred
+            if found.timed_out or past(deadline):
+                return replace(found, timed_out=True)
             self.deltas[c.match] = self.cost(c.mod) - current_cost
         position = {match: i for i, (_, match) in enumerate(enum.pairs)}
         entries = sorted([(c.rule, c.match, c) for c in found.candidates] + [(r, m, None) for r, m in enum.deferred],
                          key=lambda e: position[e[1]])  # candidate order, as enumerate_candidates gives it
         ranked = sorted(range(len(entries)), key=lambda i: self.delta(entries[i][1]))[:self.size]
         kept = [entries[i] for i in sorted(ranked)]
-        cands = [c if c is not None else enum.apply(rule, match) for rule, match, c in kept]
+        cands = []
+        for rule, match, c in kept:
+            if c is None and past(deadline):  # an every-match action takes seconds to build on a full-size CNN
+                return replace(found, timed_out=True)
+            cands.append(c if c is not None else enum.apply(rule, match))
         return replace(found, candidates=[c for c in cands if c is not None],
                        shortlisted_out=max(0, len(entries) - self.size))
 

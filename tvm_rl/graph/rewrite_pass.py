@@ -29,7 +29,7 @@ from .. import measure
 from . import cost as costs
 from .agent import Decision, GraphActorCritic
 from .calibration import proxy_roofline
-from .candidates import Shortlist, enumerate_candidates
+from .candidates import Shortlist, enumerate_candidates, past
 from .env import encode, global_features
 from .rules import Rule, all_rules, with_all_matches
 
@@ -66,17 +66,19 @@ def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn, har
     """One episode of the policy from `mod` (greedy when `rng` is None); returns the cheapest graph on the
     way (possibly `mod`), its cost, the rewrites leading to it, and the steps taken. With `shortlist`, the
     policy sees only that many candidates, the cheapest by `cost` (ranked incrementally: `Shortlist`), and
-    "stop"; the costs it sees are exact."""
+    "stop"; the costs it sees are exact. A step still finding or pricing its candidates at `deadline` is
+    abandoned there: one step on a full-size model can take seconds, and the budget is the user's."""
     current, rt0 = mod, cost(mod)
     best, best_cost, best_path, path = mod, rt0, [], []
     steps, short = 0, Shortlist(shortlist, cost) if shortlist is not None else None
     while steps < max_steps and time.perf_counter() < deadline:
         now = cost(current)
-        cands = list(short.enumerate(current, now, rules, cap=cap) if short is not None
-                     else enumerate_candidates(current, rules, cap=cap, check=False, strict=False))
-        if not cands:
+        found = (short.enumerate(current, now, rules, cap=cap, deadline=deadline) if short is not None
+                 else enumerate_candidates(current, rules, cap=cap, check=False, strict=False, deadline=deadline))
+        cands = list(found)
+        costs_ = [cost(c.mod) for c in cands if not past(deadline)]
+        if not cands or found.timed_out or len(costs_) < len(cands):
             break
-        costs_ = [cost(c.mod) for c in cands]
         if short is not None:
             short.record(cands, costs_, now)
         graphs = [c.mod for c in cands] + [current]
