@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from graph_search import (add_tuning_args, check_tuning_args, confirmed, measure_variants,  # noqa: E402
-                          open_database_arg, print_table, proxy_hardware, tuner, variant_measure)
+                          open_database_arg, plot_speedups, print_table, proxy_hardware, tuner, variant_measure)
 
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.graph import cost, search  # noqa: E402
@@ -142,7 +142,9 @@ def main() -> None:
     if rl_vs_bt:
         print(f"\nRL vs backtracking: >= on {sum(x >= 0.99 for x in rl_vs_bt)}/{len(rl_vs_bt)} models (1% noise), "
               f">= 5% faster on {sum(x >= 1.05 for x in rl_vs_bt)}")
-    print(f"wrote {out}")
+        by = "by the proxy, nothing built" if args.no_measure else "measured"
+        plot_speedups(table, keys, out.with_suffix(".png"), f"Graph rewrites, {target.kind.name} ({args.size}), {by}")
+    print(f"wrote {out} and {out.with_suffix('.png').name}")
 
 
 if __name__ == "__main__":

@@ -125,6 +125,38 @@ def print_table(results: dict[str, dict], keys) -> None:
                  else "yes" if all(r["matches_original"] for r in rows.values()) else "NO"))
 
 
+def plot_speedups(results: dict[str, dict], keys, path: Path, title: str) -> Path:
+    """Speedup over the original per model and variant, beside each variant's optimisation time (log scale): a
+    rewrite's worth is both what it gains and what it costs to find."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names, keys = list(results), [k for k in keys if k != "original"]
+    x, width = np.arange(len(names)), 0.8 / max(1, len(keys))
+    fig, (ax, at) = plt.subplots(1, 2, figsize=(max(9, 1.5 * len(names) + 4), 4.2),
+                                 gridspec_kw={"width_ratios": [3, 2]})
+    for i, key in enumerate(keys):
+        at_x = x + (i - (len(keys) - 1) / 2) * width
+        ax.bar(at_x, [results[n][key]["speedup"] for n in names], width, label=key)
+        at.bar(at_x, [max(results[n][key]["optimisation_s"], 1e-2) for n in names], width, label=key)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_ylabel("speedup over the original (x)")
+    ax.set_ylim(bottom=min(0.9, min(results[n][k]["speedup"] for n in names for k in keys) - 0.05))
+    at.set_yscale("log")
+    at.set_ylabel("optimisation time (s, log)")
+    for axis in (ax, at):
+        axis.set_xticks(x, names, rotation=30, ha="right")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="tiny", choices=models.SIZES)
@@ -172,8 +204,11 @@ def main() -> None:
                                    "confirmed": not args.no_confirm, "budget": args.budget,
                                    "alpha": args.alpha, "cap": args.cap, "repeat": args.repeat,
                                    "models": results}, indent=1))
-    print_table(results, ("original", "relax_builtin", "greedy", "backtracking"))
-    print(f"wrote {out}")
+    keys = ("original", "relax_builtin", "greedy", "backtracking")
+    print_table(results, keys)
+    if results:
+        plot_speedups(results, keys, out.with_suffix(".png"), f"Graph search, {target.kind.name} ({args.size})")
+    print(f"wrote {out} and {out.with_suffix('.png').name}")
 
 
 if __name__ == "__main__":
