@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--no-measure", action="store_true", help="compare by the roofline proxy only (no builds: "
                     "for full-size models on CPU, whose untuned builds take minutes per run)")
     ap.add_argument("--force", action="store_true", help="re-run models already in the JSON")
+    ap.add_argument("--table-only", action="store_true", help="print the table (and plot) of the JSON's models "
+                    "and run nothing (without it, a model missing from the JSON is run)")
     args = ap.parse_args()
     check_tuning_args(ap, args)
     target = measure.parse_target(args.target)
@@ -74,7 +76,7 @@ def main() -> None:
     out = Path(__file__).resolve().parents[1] / "logs" / f"graph_rl_{target.kind.name}_{args.size}{suffix}.json"
     results = json.loads(out.read_text())["models"] if out.exists() else {}
     hardware = proxy_hardware(target, args.database)
-    for name in args.models:
+    for name in [] if args.table_only else args.models:
         if name in results and not args.force:
             print(f"{name}: already in {out.name} (--force to re-run)")
             continue
@@ -144,7 +146,8 @@ def main() -> None:
               f">= 5% faster on {sum(x >= 1.05 for x in rl_vs_bt)}")
         by = "by the proxy, nothing built" if args.no_measure else "measured"
         plot_speedups(table, keys, out.with_suffix(".png"), f"Graph rewrites, {target.kind.name} ({args.size}), {by}")
-    print(f"wrote {out} and {out.with_suffix('.png').name}")
+    png = f"; wrote {out.with_suffix('.png').name}" if table else ""
+    print(f"read {out}{png}" if args.table_only else f"wrote {out}{png}")
 
 
 if __name__ == "__main__":
