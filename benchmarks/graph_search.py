@@ -119,7 +119,8 @@ def measure_variants(model, variants: dict, target, database, repeat: int, fn,
         rows[key].update(latency_ms=timing.median_ms, iqr_ms=timing.iqr_ms)
     for row in rows.values():
         if "same_graph_as" in row:
-            row.update(latency_ms=rows[row["same_graph_as"]]["latency_ms"], iqr_ms=rows[row["same_graph_as"]]["iqr_ms"])
+            twin = rows[row["same_graph_as"]]
+            row.update(latency_ms=twin["latency_ms"], iqr_ms=twin["iqr_ms"])
     first = next(iter(rows.values()))["latency_ms"]
     for row in rows.values():
         row["speedup"] = first / row["latency_ms"]
@@ -219,8 +220,9 @@ def main() -> None:
     keys = ("original", "relax_builtin", "greedy", "backtracking")
     print_table(results, keys)
     if results:
-        plot_speedups(results, keys, out.with_suffix(".png"), f"Graph search, {target.kind.name} ({args.size})")
-    print(f"wrote {out} and {out.with_suffix('.png').name}")
+        title = f"Graph search, {target.kind.name} ({args.size})"
+        print(f"wrote {plot_speedups(results, keys, out.with_suffix('.png'), title)}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ def fake_seconds(sch) -> float:
     return 1e-4 * (1 + (tvm_ffi.structural_hash(sch.mod) % 1000) / 1000)
 
 
-def drive(strategy, ctx, trials: int, per_iter: int):
+def drive(strategy, ctx, trials: int, per_iter: int, seconds=fake_seconds):
     """Run the search-strategy protocol the way MetaSchedule's task scheduler does, with fake measurements."""
     inst = strategy._inst
     inst._initialize_with_tune_context(ctx)
@@ -34,7 +34,7 @@ def drive(strategy, ctx, trials: int, per_iter: int):
     batches = []
     while (cands := inst.generate_measure_candidates()) is not None:
         assert 0 < len(cands) <= per_iter
-        results = [ms.runner.RunnerResult(run_secs=[fake_seconds(c.sch)], error_msg=None) for c in cands]
+        results = [ms.runner.RunnerResult(run_secs=[seconds(c.sch)], error_msg=None) for c in cands]
         inst.notify_runner_results(cands, results)
         batches.append(cands)
     inst.post_tuning()
@@ -61,12 +61,14 @@ def test_protocol_budget_distinct_points_and_valid_schedules(cpu, make):
             assert any(_encodes(space, trace) for space in inst.spaces)
 
 
-def learnable_seconds(inst):
+def learnable_seconds(ctx):
     """A stand-in for hardware a cost model can learn: seconds grow with the knob vector's distance from a fixed
     point of the space (its normalised middle), so faster points exist and the random first batch rarely holds
     the fastest one."""
+    spaces = knobs.knob_spaces(ctx)
+
     def seconds(sch) -> float:
-        for space in inst.spaces:
+        for space in spaces:
             if _encodes(space, sch.trace):
                 x = space.normalised(space.encode(sch.trace))
                 return 1e-4 * (1 + float(np.abs(x - 0.5).sum()))
@@ -82,16 +84,9 @@ def learnable_seconds(inst):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_guided_rounds_beat_the_random_first_batch(cpu, make, seed):
     ctx = knobs.make_context(matmul(64), cpu, "matmul", seed=seed)
-    strategy = make(seed)
-    inst = strategy._inst
-    inst._initialize_with_tune_context(ctx)
-    inst.pre_tuning(32, 8, ctx.generate_design_space(), None, None)
-    seconds, costs = learnable_seconds(inst), []
-    while (cands := inst.generate_measure_candidates()) is not None:
-        batch = [seconds(c.sch) for c in cands]
-        inst.notify_runner_results(cands, [ms.runner.RunnerResult(run_secs=[s], error_msg=None) for s in batch])
-        costs.append(batch)
-    inst.post_tuning()
+    seconds = learnable_seconds(ctx)
+    _, batches = drive(make(seed), ctx, 32, 8, seconds)
+    costs = [[seconds(c.sch) for c in batch] for batch in batches]
     assert sum(map(len, costs)) == 32 and len(costs) > 1
     assert min(min(b) for b in costs[1:]) < min(costs[0])
 

@@ -181,8 +181,10 @@ class Shortlist:
         Past `deadline` it stops where it is and returns the set marked `.timed_out`."""
         enum = _Enumeration(mod, rules, check, strict)
         found = enum.collect(cap, defer=lambda r, m: m in self.deltas or isinstance(r, AllMatches), deadline=deadline)
+        if found.timed_out:
+            return found
         for c in found.candidates:  # all new: the matches priced before were deferred
-            if found.timed_out or past(deadline):
+            if past(deadline):
                 return replace(found, timed_out=True)
             self.deltas[c.match] = self.cost(c.mod) - current_cost
         position = {match: i for i, (_, match) in enumerate(enum.pairs)}

@@ -71,7 +71,7 @@ def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn, har
     current, rt0 = mod, cost(mod)
     best, best_cost, best_path, path = mod, rt0, [], []
     steps, short = 0, Shortlist(shortlist, cost) if shortlist is not None else None
-    while steps < max_steps and time.perf_counter() < deadline:
+    while steps < max_steps and not past(deadline):
         now = cost(current)
         found = (short.enumerate(current, now, rules, cap=cap, deadline=deadline) if short is not None
                  else enumerate_candidates(current, rules, cap=cap, check=False, strict=False, deadline=deadline))
@@ -158,7 +158,7 @@ class RLRewritePass:
         report.initial_cost = best_cost = self.cost(mod)
         best, best_path = mod, []
         for episode in range(self.episodes):
-            if episode and time.perf_counter() >= deadline:
+            if episode and past(deadline):
                 break
             graph, c, path, steps = rollout(mod, self.policy, self.cost, self.hardware, self.rules, self.max_steps,
                                             None if episode == 0 else rng, deadline, self.cap, self.shortlist)
