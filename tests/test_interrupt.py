@@ -9,6 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+import tvm_ffi
+
+from tvm_rl.errors import TuningInterrupted
+from tvm_rl.tune.interrupt import StopOnInterrupt, interrupt_pending, interruptible
 
 REPO = Path(__file__).resolve().parents[1]
 TOPHUB = REPO.parent / "shared" / "tophub"
@@ -123,3 +127,22 @@ def test_sigint_then_sigkill_lose_nothing_and_rerun_resumes(tmp_path):
     assert len(final) <= TRIALS
     traces = [json.dumps(json.loads(line)[1][0]) for line in final]
     assert len(set(traces)) == len(traces)
+
+
+def test_an_interrupt_a_callback_swallowed_still_stops_the_run_at_the_next_batch():
+    """TVM hands Ctrl-C in a Python callback back as a RuntimeError, which a callback catching Exception (the knob
+    decoder replaying a trace) swallows; that happened on a CI run, which then measured to the end."""
+    call_through_tvm = tvm_ffi.get_global_func("testing.apply")
+
+    def callback():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler raises here, long before the sleep ends
+
+    with pytest.raises(TuningInterrupted, match="the hint"):
+        with interruptible(lambda: "the hint"):
+            with pytest.raises(RuntimeError):
+                call_through_tvm(callback)
+            assert interrupt_pending()
+            StopOnInterrupt().apply(None, 0, [], [], [])
+    assert not interrupt_pending()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import UnknownModelError
+from ..tune.interrupt import interrupt_pending
 from .agent import Decision, GraphActorCritic, PolicyConfig, decision_from_observation
 from .rules import all_rules, with_all_matches
 
@@ -312,6 +313,8 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
                                          [state] * len(jobs), [s for _, s in jobs]))
             else:
                 episodes = [play(envs[m], policy, np.random.default_rng(s), m) for m, s in jobs]
+            if interrupt_pending():  # an interrupt swallowed mid-episode may have cut it short: do not learn from it
+                raise KeyboardInterrupt
             policy.train()
             losses = ppo_update(policy, optimizer, episodes, config, rng)
             row = {"iteration": it + 1, "episodes": len(episodes),

@@ -7,6 +7,11 @@ callback inside TVM's C++ task scheduler (a builder, the search strategy, XGBoos
 XGBoost re-raise it as a RuntimeError or TVMError with a long traceback. `interruptible` notes that SIGINT
 arrived, so whatever exception it turned into becomes TuningInterrupted.
 
+A Python callback that catches Exception around a call into TVM (the knob decoder replaying a trace, for
+one) can swallow the interrupt, since TVM hands it back as a RuntimeError. So the signal also leaves a flag:
+such callbacks re-raise while it is set (`interrupt_pending`), and `StopOnInterrupt`, the first measure
+callback of every batch, stops the run there at the latest.
+
 Worker processes (builders, runners) are left to die of the same Ctrl-C: the tuning process waits on them in
 Python, so it is interrupted before it could record a candidate whose worker died as failed; and a worker
 that ignored Ctrl-C would go on (importing, compiling) for up to a minute after the run ended.
@@ -18,32 +23,55 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
 from ..errors import TuningInterrupted
+
+_pending: list[int] = []  # SIGINTs seen by the innermost `interruptible` block not yet turned into its error
+
+
+def interrupt_pending() -> bool:
+    """Whether Ctrl-C arrived inside `interruptible`: a callback that catches Exception must then re-raise."""
+    return bool(_pending)
 
 
 @contextmanager
 def interruptible(message: Callable[[], str]) -> Iterator[None]:
     """Within the block, Ctrl-C raises TuningInterrupted(message()) however TVM passed it on. A second Ctrl-C
-    is the default KeyboardInterrupt. Outside the main thread (where signals cannot be handled) it does nothing."""
+    is the default KeyboardInterrupt. If the block ends normally all the same (every trial was measured before
+    a swallowed interrupt surfaced), its work is complete and nothing is raised. Outside the main thread (where signals cannot be handled) it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    hit = []
-
     def on_sigint(signum, frame):
-        hit.append(signum)
+        _pending.append(signum)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         raise KeyboardInterrupt
 
+    outer = list(_pending)
+    _pending.clear()
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         yield
     except BaseException as err:
-        if hit and not isinstance(err, TuningInterrupted):
+        if _pending and not isinstance(err, TuningInterrupted):
             raise TuningInterrupted(message()) from None
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
+        _pending[:] = outer
+
+
+@derived_object
+class StopOnInterrupt(PyMeasureCallback):
+    """Ends the run after a batch measured while Ctrl-C was pending (some callback swallowed the interrupt).
+    Put it first among the measure callbacks: the same Ctrl-C killed the batch's workers, so its failures are
+    the interrupt's, not the candidates', and must not reach the database as failed records."""
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        if interrupt_pending():
+            raise KeyboardInterrupt
 
 
 def ignore_sigint() -> None:

@@ -42,6 +42,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..errors import TvmRlError
 from .intrin import preload_tensor_intrinsics
+from .interrupt import interrupt_pending
 
 TILE, CATEGORICAL, COMPUTE_LOCATION = "tile", "categorical", "compute_location"
 _ENTER_POSTPROC = "EnterPostproc"
@@ -320,6 +321,8 @@ class KnobSpace:
         try:
             trace.apply_to_schedule(target, remove_postproc=True, decision_provider=provide)
         except Exception as err:  # a schedule primitive refusing the decisions: the vector is invalid
+            if interrupt_pending():  # or Ctrl-C, which TVM hands back as a RuntimeError
+                raise
             seen.problems.append(f"replay failed: {_first_line(err)}")
         return seen
 
@@ -370,6 +373,8 @@ class KnobSpace:
             try:
                 ok = proc.apply(sch)
             except Exception as err:
+                if interrupt_pending():
+                    raise
                 self.last_error = f"postprocessor {type(proc).__name__} failed: {_first_line(err)}"
                 return None
             if not ok:

@@ -23,7 +23,7 @@ from ..measure import kernel_stage, parse_target
 from .database import check_database_dir
 from .exhaustion import StopWhenExhausted
 from .failures import CheckedRunner, FailureLog
-from .interrupt import interruptible
+from .interrupt import StopOnInterrupt, interruptible
 from .intrin import preload_tensor_intrinsics
 from .progress import ProgressLine
 from .workers import PersistentBuilder
@@ -238,7 +238,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         for budget in sorted(set(budgets)):
             group = [i for i, b in enumerate(budgets) if b == budget]
             failures = FailureLog(report.failure_log, [names[i] for i in group])
-            callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
+            callbacks = [StopOnInterrupt(), *ms.measure_callback.MeasureCallback.create("default"),
                          ProgressLine("  ", [names[i] for i in group]), failures]
             ms.tune_tasks(
                 measure_callbacks=callbacks, tasks=[contexts[i] for i in group],
