@@ -111,6 +111,10 @@ def main() -> None:
                              reason=report.reason)
         report = reports["rl"]
         rows["seen_in_training"] = name in seen_models
+        # Per row: models run on different days use different databases and proxy fits (the file's top-level
+        # settings are the last run's).
+        rows["run"] = {"date": time.strftime("%Y-%m-%d"), "database": cost.database_tag(database),
+                       "tune_trials": args.tune_trials, "proxy": hardware.as_dict()}
         results[name] = rows
         print(f"{name}: " + ", ".join(f"{k} {rows[k]['latency_ms']:.3f} ms ({rows[k]['speedup']:.2f}x)"
                                       for k in KEYS if k in rows) + f"; rl: {report.reason}", flush=True)
@@ -127,7 +131,7 @@ def main() -> None:
                                   indent=1))
     keys = tuple(k for k in KEYS if not (args.no_measure and k == "relax_builtin")
                  and all(k in r for r in results.values()))
-    table = {n: {k: v for k, v in r.items() if k != "seen_in_training"} for n, r in results.items()}
+    table = {n: {k: v for k, v in r.items() if k not in ("seen_in_training", "run")} for n, r in results.items()}
     def group(name: str) -> str:
         if name in seen_models:
             return "seen"
