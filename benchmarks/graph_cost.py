@@ -42,7 +42,7 @@ def main() -> None:
         cmp = cost.compare_costs(model.mod, target, model.inputs, cache, nominal, repeat=args.repeat)
         ks = cache.kernel_costs(model.mod)  # all cached by now
         kernels[name] = [(k.profile.flops, k.profile.nbytes, k.latency_ms, k.profile.calls,
-                          cost.op_kind(k.profile.name)) for k in ks]
+                          k.profile.kind) for k in ks]
         mods[name] = model.mod
         rows[name] = cmp.as_dict()
         rows[name]["seconds"] = round(time.perf_counter() - start, 1)

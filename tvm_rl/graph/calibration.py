@@ -10,7 +10,6 @@ database (`roofline.json`) and redone when the database has grown.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +18,6 @@ import numpy as np
 import tvm
 
 from . import cost
-
-_BLOCK = re.compile(r'T\.s?block\("([^"]+)"')
-
 
 def tir_kind(block_names: list[str]) -> str:
     """The kind (`cost.KINDS`) of a kernel from its TIR blocks' names, named as `cost.op_kind` names Relax ops."""
@@ -69,7 +65,7 @@ def tuned_kernels(work_dir: str | Path) -> list[TunedKernel]:
             flops = float(estimate_tir_flops(workload.mod))
         except Exception:  # data-dependent loops: TVM cannot count them
             flops = 0.0
-        out.append(TunedKernel(tir_kind(_BLOCK.findall(func.script())), flops,
+        out.append(TunedKernel(cost.tir_kind(func), flops,
                                cost._prim_func_bytes(func), best_ms))
     return out
 

@@ -62,7 +62,13 @@ class Hardware:
         return asdict(self)
 
 
-KINDS = ("conv", "matmul", "attention", "pool", "reduce", "elementwise")
+# Convolutions by layout and grouping: tuned on CPU, depthwise convs ran 1.2-3.6x faster in NHWC than the same
+# shapes in NCHW, and a layout-blind proxy priced every layout change as a loss (logs/tuning/llvm_s16).
+KINDS = ("conv", "conv_nhwc", "group_conv", "group_conv_nhwc", "matmul", "attention", "pool", "reduce",
+         "elementwise")
+# A kind without a roofline of its own borrows its family's before the all-kinds one: a conv in another layout
+# runs closer to a conv than to the average (mostly element-wise) kernel.
+FAMILY = {"conv_nhwc": "conv", "group_conv": "conv", "group_conv_nhwc": "group_conv"}
 
 
 # Reductions by name: softmax and the norms, or sum/max/min/prod/red as a whole word ("relax.max", "lv4_sum",
@@ -75,8 +81,9 @@ def op_kind(name: str) -> str:
     kernel's TIR block names joined by spaces: kernels of one kind reach similar fractions of peak, so each
     kind may get its own roofline."""
     name = name.lower()
-    if "conv" in name:
-        return "conv"
+    if "conv" in name:  # TIR blocks say "group_conv2d_nhwc"; `call_kind` spells a Relax call's attributes so
+        kind = "group_conv" if "group" in name or "depthwise" in name else "conv"
+        return f"{kind}_nhwc" if "nhwc" in name else kind
     # Attention is its own kind: its tuned kernel (two batch matmuls around a softmax) ran at a fraction of a
     # tuned matmul's rate here, and priced as a matmul every transformer search preferred it, 20-45% slower.
     if "attention" in name or ("matmul" in name and "softmax" in name):
@@ -92,6 +99,15 @@ def op_kind(name: str) -> str:
     return "elementwise"
 
 
+def call_kind(call: Call) -> str:
+    """`op_kind` of a Relax call, with a convolution's grouping and data layout read from its attributes."""
+    name = op_name(call) or ""
+    if name.startswith("relax.nn.conv"):
+        groups = int(getattr(call.attrs, "groups", 1))
+        name += (" group" if groups > 1 else "") + " " + str(call.attrs.data_layout).lower()
+    return op_kind(name)
+
+
 @dataclass(frozen=True)
 class RooflineModel:
     """One roofline per kernel kind (`KINDS`), `default` for the kinds without one."""
@@ -100,7 +116,10 @@ class RooflineModel:
     per_kind: tuple[tuple[str, Hardware], ...] = ()
 
     def time_ms(self, flops: float, nbytes: float, kind: str | None = None) -> float:
-        return dict(self.per_kind).get(kind, self.default).time_ms(flops, nbytes)
+        own = dict(self.per_kind)
+        while kind not in own and kind in FAMILY:
+            kind = FAMILY[kind]
+        return own.get(kind, self.default).time_ms(flops, nbytes)
 
     def as_dict(self) -> dict:
         return {"default": self.default.as_dict(), **{k: h.as_dict() for k, h in self.per_kind}}
@@ -228,13 +247,29 @@ def tensor_info(expr) -> tuple[tuple[int, ...] | None, int]:
 
 @dataclass(frozen=True)
 class KernelProfile:
-    """One lowered kernel: name, structural hash of its (scheduled) PrimFunc, call count, FLOPs, bytes."""
+    """One lowered kernel: name, structural hash of its (scheduled) PrimFunc, call count, FLOPs, bytes, and
+    its kind (`op_kind` of its TIR blocks' names: a kernel's name does not say its layout)."""
 
     name: str
     structural_hash: int
     calls: int
     flops: float
     nbytes: int
+    kind: str = "elementwise"
+
+
+_BLOCK = re.compile(r'T\.s?block\("([^"]+)"')
+
+
+def tir_kind(func: tirx.PrimFunc) -> str:
+    """The kind (`KINDS`) of a kernel from its TIR blocks' names, named as `op_kind` names Relax ops."""
+    return op_kind(" ".join(_BLOCK.findall(func.script())))
+
+
+def _kernel_kind(name: str, func: tirx.PrimFunc) -> str:
+    """A lowered kernel's kind; printing its TIR (milliseconds) only for a conv, whose name hides its layout."""
+    kind = op_kind(name)
+    return tir_kind(func) if kind in ("conv", *FAMILY) else kind
 
 
 def _prim_func_bytes(func: tirx.PrimFunc) -> int:
@@ -254,7 +289,7 @@ def kernel_roofline_ms(mod: tvm.IRModule, target: tvm.target.Target | str, hardw
                        database=None) -> float:
     """Roofline latency of `mod`'s lowered kernels: sum of calls x hardware.time_ms(FLOPs, bytes)."""
     hardware = hardware or default_hardware(target)
-    return sum(k.calls * hardware.time_ms(k.flops, k.nbytes, op_kind(k.name))
+    return sum(k.calls * hardware.time_ms(k.flops, k.nbytes, k.kind)
                for k in kernel_profiles(mod, target, database))
 
 
@@ -276,6 +311,7 @@ class OpProfile:
     flops: float
     nbytes: int
     inputs: tuple[str, ...] = field(default=())
+    kind: str = "elementwise"  # `call_kind`: which roofline prices it
 
 
 def _numel(expr) -> int:
@@ -326,7 +362,8 @@ def _op_profile(var: Var, value) -> OpProfile:
         flops, nbytes = op_flops(value, var), sum(tensor_info(a)[1] for a in args) + tensor_info(var)[1]
     else:
         flops, nbytes = 0.0, 0
-    return OpProfile(var.name, op, flops, nbytes, tuple(a.name for a in args if isinstance(a, Var)))
+    kind = call_kind(value) if isinstance(value, Call) else op_kind(op)
+    return OpProfile(var.name, op, flops, nbytes, tuple(a.name for a in args if isinstance(a, Var)), kind)
 
 
 def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[float, int, str]]:
@@ -364,7 +401,7 @@ def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[fl
             if g.external[n] or any(r != gi for r in readers.get(n, ())):
                 nbytes += var_bytes[n]
         anchor = next((n for n in names if fusion.pattern_of(g.values[n]) == fusion.OUT_EWISE_FUSABLE), names[0])
-        out.append((sum(profiles[n].flops for n in names), nbytes, op_kind(profiles[anchor].op)))
+        out.append((sum(profiles[n].flops for n in names), nbytes, profiles[anchor].kind))
     return out
 
 
@@ -474,7 +511,7 @@ def _profiles_of(lowered: tvm.IRModule) -> list[KernelProfile]:
             except Exception:  # data-dependent loops: TVM cannot count them
                 flops = 0.0
             out.append(KernelProfile(gvar.name_hint, tvm_ffi.structural_hash(func), calls[gvar.name_hint],
-                                     flops, _prim_func_bytes(func)))
+                                     flops, _prim_func_bytes(func), _kernel_kind(gvar.name_hint, func)))
     return out
 
 
@@ -639,5 +676,5 @@ def compare_costs(mod: tvm.IRModule, target: tvm.target.Target | str, inputs: Se
     kernels = cache.kernel_costs(mod)
     return CostComparison(e2e, sum(k.total_ms for k in kernels),
                           sum(k.profile.calls * hardware.time_ms(k.profile.flops, k.profile.nbytes,
-                                                                 op_kind(k.profile.name)) for k in kernels),
+                                                                 k.profile.kind) for k in kernels),
                           graph_roofline_ms(mod, hardware), hardware)

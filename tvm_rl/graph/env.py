@@ -89,11 +89,11 @@ def encode(mod: tvm.IRModule, hardware: costs.Roofline) -> GraphTensors:
     edges: list[tuple[int, int]] = []
     edge_feats: list[np.ndarray] = []
 
-    def row(op: str, expr, flops: float = 0.0, nbytes: int = 0) -> np.ndarray:
+    def row(op: str, expr, flops: float = 0.0, nbytes: int = 0, kind: str = "elementwise") -> np.ndarray:
         out = np.zeros(NODE_FEATURES, np.float32)
         out[_OP_INDEX.get(op, len(OP_VOCAB))] = 1.0
         out[len(OP_VOCAB) + 1:len(OP_VOCAB) + 1 + N_SHAPE] = _shape_features(expr)
-        us = hardware.time_ms(flops, nbytes, costs.op_kind(op)) * 1e3 if (flops or nbytes) else 0.0
+        us = hardware.time_ms(flops, nbytes, kind) * 1e3 if (flops or nbytes) else 0.0
         out[-3:] = (np.log1p(us), np.log1p(flops) / 32, np.log1p(nbytes) / 32)
         return out
 
@@ -105,7 +105,7 @@ def encode(mod: tvm.IRModule, hardware: costs.Roofline) -> GraphTensors:
         index[param.name] = node((param,), lambda: row("input", param))
     for name, p in zip(g.order, profiles):
         var, value = g.vars[name], g.values[name]
-        me = node((var, value), lambda: row(p.op if p.op != "var" else "other", var, p.flops, p.nbytes))
+        me = node((var, value), lambda: row(p.op if p.op != "var" else "other", var, p.flops, p.nbytes, p.kind))
         for arg in fusion.inputs_of(value):
             if isinstance(arg, GenericConst):
                 src = node((arg,), lambda: row("constant", arg))
