@@ -86,3 +86,11 @@ def test_tuned_roofline_reads_a_database_and_caches_the_fit(cpu, tmp_path, monke
     # What the searches and RLRewritePass price graphs with, given the work dir or the database itself.
     assert calibration.proxy_roofline(cpu, tmp_path) == calibration.proxy_roofline(cpu, open_database(tmp_path)) \
         == fitted
+
+
+def test_layout_pairs_match_one_convolution_in_two_layouts():
+    nchw = calibration.TunedKernel("group_conv", 1e6, 100, 0.2, ((1, 8, 14, 14), (8, 1, 3, 3), (1, 8, 14, 14)))
+    nhwc = calibration.TunedKernel("group_conv_nhwc", 1e6, 100, 0.1, ((1, 14, 14, 8), (3, 3, 1, 8), (1, 14, 14, 8)))
+    other_shape = calibration.TunedKernel("group_conv_nhwc", 1e6, 100, 0.1, ((1, 7, 7, 32), (3, 3, 1, 8), (1, 7, 7, 32)))
+    plain = calibration.TunedKernel("conv_nhwc", 1e6, 100, 0.1, nhwc.shapes)  # not grouped: another conv
+    assert calibration.layout_pairs([nchw, nhwc, other_shape, plain]) == [(nchw, nhwc)]

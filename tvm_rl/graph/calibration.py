@@ -40,12 +40,14 @@ class TunedKernel:
     flops: float
     nbytes: int
     best_ms: float
+    shapes: tuple[tuple[int, ...], ...] = ()  # its buffers' shapes, in argument order
 
 
 def tuned_kernels(work_dir: str | Path) -> list[TunedKernel]:
     """Every workload of the JSON database in `work_dir` that has a successful measurement, at its best."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     work_dir = _records(work_dir).parent
     db = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
@@ -65,9 +67,21 @@ def tuned_kernels(work_dir: str | Path) -> list[TunedKernel]:
             flops = float(estimate_tir_flops(workload.mod))
         except Exception:  # data-dependent loops: TVM cannot count them
             flops = 0.0
-        out.append(TunedKernel(cost.tir_kind(func), flops,
-                               cost._prim_func_bytes(func), best_ms))
+        shapes = tuple(tuple(int(d) for d in info.shape) for info in ArgInfo.from_prim_func(func))
+        out.append(TunedKernel(cost.tir_kind(func), flops, cost._prim_func_bytes(func), best_ms, shapes))
     return out
+
+
+def layout_pairs(kernels: list[TunedKernel]) -> list[tuple[TunedKernel, TunedKernel]]:
+    """(NCHW, NHWC) pairs of tuned convs that are the same convolution in two layouts: same kind family, same
+    FLOPs, and buffers whose dimensions are the same up to order. How much a layout change buys, per kernel."""
+    def key(k: TunedKernel) -> tuple:
+        return k.flops, tuple(sorted(tuple(sorted(s)) for s in k.shapes))
+
+    nchw = {key(k): k for k in kernels if k.kind in ("conv", "group_conv") and k.shapes}
+    return [(nchw[key(k)], k) for k in kernels
+            if k.kind.endswith("_nhwc") and k.shapes and key(k) in nchw
+            and nchw[key(k)].kind == k.kind.removesuffix("_nhwc")]
 
 
 def fit(kernels: list[TunedKernel]) -> cost.RooflineModel:
