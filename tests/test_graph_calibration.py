@@ -10,27 +10,27 @@ from tvm_rl.tune import open_database, tune_model
 
 
 def test_kernels_are_classified_by_their_blocks():
-    assert calibration.tir_kind(["pad_temp", "conv2d_nchw", "T_add", "compute"]) == "conv"
-    assert calibration.tir_kind(["NT_matmul", "T_add"]) == "matmul"
+    assert cost.block_kind(["pad_temp", "conv2d_nchw", "T_add", "compute"]) == "conv"
+    assert cost.block_kind(["NT_matmul", "T_add"]) == "matmul"
     # R.nn.attention's kernel: batch matmuls around a softmax; priced as a plain matmul it looked 40% too fast
     attention = ["T_transpose", "T_batch_matmul_NT", "T_divide", "T_softmax_maxelem", "T_softmax_exp",
                  "T_softmax_expsum", "T_softmax_norm", "T_batch_matmul_NN", "T_reshape_3"]
-    assert calibration.tir_kind(attention) == "attention" == cost.op_kind("relax.nn.attention")
-    assert calibration.tir_kind(["T_batch_matmul_NT"]) == "matmul"
-    assert calibration.tir_kind(["pad_temp", "pool_max"]) == "pool"
-    assert calibration.tir_kind(["T_softmax_maxelem", "T_softmax_exp", "T_softmax_norm"]) == "reduce"
-    assert calibration.tir_kind(["T_subtract", "T_divide", "T_multiply", "T_add", "compute"]) == "elementwise"
+    assert cost.block_kind(attention) == "attention" == cost.op_kind("relax.nn.attention")
+    assert cost.block_kind(["T_batch_matmul_NT"]) == "matmul"
+    assert cost.block_kind(["pad_temp", "pool_max"]) == "pool"
+    assert cost.block_kind(["T_softmax_maxelem", "T_softmax_exp", "T_softmax_norm"]) == "reduce"
+    assert cost.block_kind(["T_subtract", "T_divide", "T_multiply", "T_add", "compute"]) == "elementwise"
     # the Relax side names an inference batch norm the same way, so both sides share one roofline
     assert cost.op_kind("relax.nn.batch_norm") == "elementwise" and cost.op_kind("relax.nn.layer_norm") == "reduce"
-    assert calibration.tir_kind(["T_divide", "lv88_red"]) == "reduce"
+    assert cost.block_kind(["T_divide", "lv88_red"]) == "reduce"
     assert cost.op_kind("relax.max") == "reduce" and cost.op_kind("relax.maximum") == "elementwise"
 
 
 def test_convs_are_classified_by_layout_and_grouping_on_both_sides():
     """Tuned on CPU, depthwise convs ran up to 3.6x faster in NHWC: each layout and grouping gets its roofline."""
-    assert calibration.tir_kind(["pad_temp", "conv2d_nhwc"]) == "conv_nhwc"
-    assert calibration.tir_kind(["pad_temp", "group_conv2d_nchw", "T_add"]) == "group_conv"
-    assert calibration.tir_kind(["pad_temp", "group_conv2d_nhwc"]) == "group_conv_nhwc"
+    assert cost.block_kind(["pad_temp", "conv2d_nhwc"]) == "conv_nhwc"
+    assert cost.block_kind(["pad_temp", "group_conv2d_nchw", "T_add"]) == "group_conv"
+    assert cost.block_kind(["pad_temp", "group_conv2d_nhwc"]) == "group_conv_nhwc"
     x, w, dw = (relax.Var(n, relax.TensorType(s, "float32"))
                 for n, s in (("x", (1, 8, 8, 8)), ("w", (8, 8, 3, 3)), ("dw", (8, 1, 3, 3))))
     nchw = relax.op.nn.conv2d(x, w, padding=1)
@@ -91,6 +91,7 @@ def test_tuned_roofline_reads_a_database_and_caches_the_fit(cpu, tmp_path, monke
 def test_layout_pairs_match_one_convolution_in_two_layouts():
     nchw = calibration.TunedKernel("group_conv", 1e6, 100, 0.2, ((1, 8, 14, 14), (8, 1, 3, 3), (1, 8, 14, 14)))
     nhwc = calibration.TunedKernel("group_conv_nhwc", 1e6, 100, 0.1, ((1, 14, 14, 8), (3, 3, 1, 8), (1, 14, 14, 8)))
-    other_shape = calibration.TunedKernel("group_conv_nhwc", 1e6, 100, 0.1, ((1, 7, 7, 32), (3, 3, 1, 8), (1, 7, 7, 32)))
+    other_shape = calibration.TunedKernel("group_conv_nhwc", 1e6, 100, 0.1,
+                                          ((1, 7, 7, 32), (3, 3, 1, 8), (1, 7, 7, 32)))
     plain = calibration.TunedKernel("conv_nhwc", 1e6, 100, 0.1, nhwc.shapes)  # not grouped: another conv
     assert calibration.layout_pairs([nchw, nhwc, other_shape, plain]) == [(nchw, nhwc)]

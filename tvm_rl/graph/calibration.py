@@ -19,10 +19,6 @@ import tvm
 
 from . import cost
 
-def tir_kind(block_names: list[str]) -> str:
-    """The kind (`cost.KINDS`) of a kernel from its TIR blocks' names, named as `cost.op_kind` names Relax ops."""
-    return cost.op_kind(" ".join(block_names))
-
 
 def _records(work_dir: str | Path) -> Path:
     """The tuning-record file of the JSON database in `work_dir`, or an error naming the directory."""

@@ -261,9 +261,14 @@ class KernelProfile:
 _BLOCK = re.compile(r'T\.s?block\("([^"]+)"')
 
 
-def tir_kind(func: tirx.PrimFunc) -> str:
+def block_kind(block_names: list[str]) -> str:
     """The kind (`KINDS`) of a kernel from its TIR blocks' names, named as `op_kind` names Relax ops."""
-    return op_kind(" ".join(_BLOCK.findall(func.script())))
+    return op_kind(" ".join(block_names))
+
+
+def tir_kind(func: tirx.PrimFunc) -> str:
+    """`block_kind` of a PrimFunc's blocks."""
+    return block_kind(_BLOCK.findall(func.script()))
 
 
 def _kernel_kind(name: str, func: tirx.PrimFunc) -> str:

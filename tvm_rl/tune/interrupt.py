@@ -40,7 +40,8 @@ def interrupt_pending() -> bool:
 def interruptible(message: Callable[[], str]) -> Iterator[None]:
     """Within the block, Ctrl-C raises TuningInterrupted(message()) however TVM passed it on. A second Ctrl-C
     is the default KeyboardInterrupt. If the block ends normally all the same (every trial was measured before
-    a swallowed interrupt surfaced), its work is complete and nothing is raised. Outside the main thread (where signals cannot be handled) it does nothing."""
+    a swallowed interrupt surfaced), its work is complete and nothing is raised. Outside the main thread (where
+    signals cannot be handled) it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
