@@ -3,9 +3,9 @@
 `python benchmarks/graph_cost.py [--size tiny|full] [--models bert vit] [--database WORK_DIR]`; prints a table and
 writes logs/graph_cost_<target>_<size>.json. Columns: the measured end-to-end median (harness), the cached
 per-kernel sum, and the roofline proxy over lowered kernels and over Relax bindings, first with the nominal
-hardware figures (`cost.default_hardware`), then calibrated leave-one-model-out: the roofline for model M is
-fitted on the measured kernels of the *other* models only, one roofline for all kernels (`cost.calibrate`) and
-one per kernel kind (`cost.calibrate_by_kind`: conv, matmul, pool, reduce, element-wise). Kernels are untuned unless a
+hardware figures (`roofline.default_hardware`), then calibrated leave-one-model-out: the roofline for model M is
+fitted on the measured kernels of the *other* models only, one roofline for all kernels (`roofline.calibrate`) and
+one per kernel kind (`roofline.calibrate_by_kind`: conv, matmul, pool, reduce, element-wise). Kernels are untuned unless a
 MetaSchedule work dir is given (on CPU untuned kernels are naive loops: see DESIGN.md).
 """
 import argparse
@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tvm_rl import measure, models  # noqa: E402
-from tvm_rl.graph import cost  # noqa: E402
+from tvm_rl.graph import cost, profiles, roofline  # noqa: E402
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
         from tvm_rl.tune import open_database
         database = open_database(args.database)
     cache = cost.KernelCostCache(target, database)
-    nominal = cost.default_hardware(target)
+    nominal = roofline.default_hardware(target)
     rows, kernels, mods = {}, {}, {}
     for name in args.models:
         start = time.perf_counter()
@@ -50,11 +50,11 @@ def main() -> None:
     for name in args.models:  # leave-one-model-out calibration
         train = [k for other in args.models if other != name for k in kernels[other]] or kernels[name]
         e2e = rows[name]["end_to_end_ms"]
-        one = cost.calibrate(*zip(*[k[:3] for k in train]), source="calibrated on the other models' kernels")
-        by_kind = cost.calibrate_by_kind([k[4] for k in train], *zip(*[k[:3] for k in train]))
+        one = roofline.calibrate(*zip(*[k[:3] for k in train]), source="calibrated on the other models' kernels")
+        by_kind = roofline.calibrate_by_kind([k[4] for k in train], *zip(*[k[:3] for k in train]))
         for key, hw in (("calibrated", one), ("calibrated_by_kind", by_kind)):
             kr = sum(c * hw.time_ms(f, b, kind) for f, b, _, c, kind in kernels[name])
-            gr = cost.graph_roofline_ms(mods[name], hw)
+            gr = profiles.graph_roofline_ms(mods[name], hw)
             rows[name][key] = {"hardware": hw.as_dict(), "kernel_roofline_ms": kr, "graph_roofline_ms": gr,
                                "rel_error": {"kernel_roofline": (kr - e2e) / e2e, "graph_roofline": (gr - e2e) / e2e}}
     print(f"\n{'model':<14}{'e2e ms':>9}{'kernels':>9}{'err':>7}{'roofK':>9}{'err':>7}{'roofG':>9}{'err':>7}"

@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tvm  # noqa: E402
 
 from tvm_rl import measure, models  # noqa: E402
-from tvm_rl.graph import cost, search  # noqa: E402
+from tvm_rl import tuned_cost  # noqa: E402
+from tvm_rl.graph import cost, roofline, search  # noqa: E402
 from tvm_rl.graph.fingerprint import same_graph  # noqa: E402
 
 def open_database_arg(work_dir: str | None):
@@ -35,7 +36,7 @@ def open_database_arg(work_dir: str | None):
     return open_database(work_dir)
 
 
-def proxy_hardware(target, work_dir: str | None) -> cost.Roofline:
+def proxy_hardware(target, work_dir: str | None) -> roofline.Roofline:
     """The roofline the searches minimise: fitted to --database's tuned kernels when given, else nominal."""
     from tvm_rl.graph.calibration import proxy_roofline
 
@@ -60,7 +61,7 @@ def variant_measure(model, target, args) -> cost.PairMeasure:
     """(original, graph) -> both measured side by side on the model's inputs, as the table measures them (their
     kernels tuned first with --tune-trials)."""
     if args.tune_trials:
-        return cost.tuned_pair_measure(target, model.inputs, args.database, args.tune_trials, repeat=args.repeat)
+        return tuned_cost.tuned_pair_measure(target, model.inputs, args.database, args.tune_trials, repeat=args.repeat)
     return cost.pair_measure(target, model.inputs, open_database_arg(args.database), repeat=args.repeat)
 
 

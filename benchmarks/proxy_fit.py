@@ -1,7 +1,7 @@
 """How far the graph proxy is from tuned builds' measured latency, per full-size zoo model.
 
 `python benchmarks/proxy_fit.py [--database logs/tuning/llvm] [--measured logs/baseline_llvm_full.json]`
-The proxy (`cost.graph_roofline_ms` over the kernels `graph.fusion` predicts) is evaluated twice: with the
+The proxy (`profiles.graph_roofline_ms` over the kernels `graph.fusion` predicts) is evaluated twice: with the
 nominal hardware figures and with rooflines fitted to the database's tuned kernels (`graph.calibration`).
 The truth is each model's tuned end-to-end median from the baseline benchmark (`benchmarks/baseline.py`,
 whose JSON records the command and the database it tuned into; pass that same database here). The fit is
@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tvm_rl import models  # noqa: E402
-from tvm_rl.graph import calibration, cost  # noqa: E402
+from tvm_rl.graph import calibration, profiles, roofline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,14 +36,14 @@ def main() -> None:
     target = baseline["settings"]["target_name"]
     kernels = calibration.tuned_kernels(args.database)
     fitted = calibration.tuned_roofline(args.database, target)
-    nominal = cost.default_hardware(target)
+    nominal = roofline.default_hardware(target)
     kernel_err = calibration.fit_error(fitted, kernels)
     rows = {}
     print(f"{'model':<14}{'tuned ms':>10}{'proxy fit':>11}{'err':>7}{'nominal':>10}{'err':>7}")
     for name in args.models or [n for n in models.names() if n in baseline["models"]]:
         truth = baseline["models"][name]["tvm_tuned"]["ms"]
         mod = models.load(name, "full").mod
-        fit_ms, nom_ms = cost.graph_roofline_ms(mod, fitted), cost.graph_roofline_ms(mod, nominal)
+        fit_ms, nom_ms = profiles.graph_roofline_ms(mod, fitted), profiles.graph_roofline_ms(mod, nominal)
         rows[name] = {"tuned_ms": truth, "proxy_fit_ms": fit_ms, "proxy_nominal_ms": nom_ms,
                       "rel_error_fit": fit_ms / truth - 1, "rel_error_nominal": nom_ms / truth - 1}
         print(f"{name:<14}{truth:>10.1f}{fit_ms:>11.1f}{fit_ms / truth - 1:>7.0%}{nom_ms:>10.1f}"

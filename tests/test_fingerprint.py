@@ -25,17 +25,17 @@ def test_key_agrees_with_structural_equality_on_every_rewrite():
 
 
 def test_caches_holding_new_weights_are_flushed_once_the_rewrites_made_the_budget(monkeypatch):
-    from tvm_rl.graph import cost, fingerprint, keepalive
+    from tvm_rl.graph import fingerprint, keepalive, view
     from tvm_rl.graph.rules.ir import const
 
     mod = T.bn_graph(seed=0)
-    module_key(mod), cost.graph_of(mod)
-    assert mod.__chandle__() in fingerprint._MODULE_KEYS and mod.__chandle__() in cost._GRAPHS
+    module_key(mod), view.graph_of(mod)
+    assert mod.__chandle__() in fingerprint._MODULE_KEYS and mod.__chandle__() in view._GRAPHS
     monkeypatch.setattr(keepalive, "BUDGET", 3000)
     keepalive.flush()
-    module_key(mod), cost.graph_of(mod)
+    module_key(mod), view.graph_of(mod)
     const(np.zeros(500, "float32"), "float32")  # 2000 bytes: under the budget, the caches keep their entries
     assert mod.__chandle__() in fingerprint._MODULE_KEYS
     const(np.zeros(500, "float32"), "float32")  # 4000 bytes since the flush: every registered cache is cleared
-    assert not fingerprint._MODULE_KEYS and not cost._GRAPHS and not fingerprint._TEMPLATES
+    assert not fingerprint._MODULE_KEYS and not view._GRAPHS and not fingerprint._TEMPLATES
     assert module_key(mod) == module_key(T.bn_graph(seed=0))  # only a memo was lost

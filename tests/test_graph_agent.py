@@ -10,6 +10,7 @@ from tvm import relax
 
 from tvm_rl import models
 from tvm_rl.graph import cost as costs
+from tvm_rl.graph import profiles, roofline
 from tvm_rl.graph import testing as T
 from tvm_rl.graph.agent import (DEFAULT_POLICY, Decision, GraphActorCritic, PolicyConfig, PolicyError,
                                 decision_from_observation)
@@ -254,7 +255,7 @@ def test_the_time_budget_ends_a_step_that_would_overrun_it():
     import time
 
     mod = models.load("squeezenet1_1", "tiny").mod
-    proxy = costs.roofline_cost(costs.default_hardware("llvm"))
+    proxy = costs.roofline_cost(roofline.default_hardware("llvm"))
 
     def slow(m):
         time.sleep(0.2)
@@ -293,7 +294,7 @@ def test_the_shortlist_prices_repeated_matches_once_and_shows_exact_costs():
     """Matches priced on an earlier step are ranked by their cost change then; only new and shortlisted
     candidates are priced again, and the costs the policy sees are the cost function's own."""
     mod = models.load("squeezenet1_1", "tiny").mod
-    proxy = costs.roofline_cost(costs.default_hardware("llvm"))
+    proxy = costs.roofline_cost(roofline.default_hardware("llvm"))
     priced, shown = {}, {}
     for shortlist in (3, None):
         values, seen, policy = [], [], small_policy()
@@ -341,7 +342,7 @@ def test_every_match_of_a_rule_is_one_action_by_default():
         outs[all_matches] = rewrite(mod)
         report = rewrite.last_report
         assert report.kept and len(report.applied) == 1
-        left = costs.op_profiles(outs[all_matches])
+        left = profiles.op_profiles(outs[all_matches])
         n_bn = sum(p.op == "relax.nn.batch_norm" for p in left)
         assert n_bn == (0 if all_matches else 2), (all_matches, report.applied)
         applied[all_matches] = report.applied[0]

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from tvm_rl import measure
-from tvm_rl.graph import cost
+from tvm_rl.graph import cost, roofline
 from tvm_rl.graph import testing as T
 from tvm_rl.graph.rules import get_rule
 
@@ -25,7 +25,7 @@ def test_a_variant_with_the_original_graph_is_the_original_build(monkeypatch):
     variants = {"original": (mod, 0.0, []), "rewritten": (rewritten, 1.0, ["merge"]),
                 "guarded": (mod, 2.0, [], {"kept": False})}  # a guard that returned the input
     rows = measure_variants(SimpleNamespace(inputs=[x]), variants, measure.parse_target("llvm"), None, 3,
-                            cost.roofline_cost(cost.default_hardware("llvm")))
+                            cost.roofline_cost(roofline.default_hardware("llvm")))
     assert len(builds) == 2 and builds[1] is rewritten
     assert rows["guarded"]["same_graph_as"] == "original" and "same_graph_as" not in rows["rewritten"]
     assert rows["guarded"]["latency_ms"] == rows["original"]["latency_ms"] and rows["guarded"]["speedup"] == 1.0

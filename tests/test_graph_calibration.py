@@ -5,52 +5,52 @@ import pytest
 from tvm import relax
 
 from tvm_rl import models
-from tvm_rl.graph import calibration, cost
+from tvm_rl.graph import calibration, roofline
 from tvm_rl.tune import open_database, tune_model
 
 
 def test_kernels_are_classified_by_their_blocks():
-    assert cost.block_kind(["pad_temp", "conv2d_nchw", "T_add", "compute"]) == "conv"
-    assert cost.block_kind(["NT_matmul", "T_add"]) == "matmul"
+    assert roofline.block_kind(["pad_temp", "conv2d_nchw", "T_add", "compute"]) == "conv"
+    assert roofline.block_kind(["NT_matmul", "T_add"]) == "matmul"
     # R.nn.attention's kernel: batch matmuls around a softmax; priced as a plain matmul it looked 40% too fast
     attention = ["T_transpose", "T_batch_matmul_NT", "T_divide", "T_softmax_maxelem", "T_softmax_exp",
                  "T_softmax_expsum", "T_softmax_norm", "T_batch_matmul_NN", "T_reshape_3"]
-    assert cost.block_kind(attention) == "attention" == cost.op_kind("relax.nn.attention")
-    assert cost.block_kind(["T_batch_matmul_NT"]) == "matmul"
-    assert cost.block_kind(["pad_temp", "pool_max"]) == "pool"
-    assert cost.block_kind(["T_softmax_maxelem", "T_softmax_exp", "T_softmax_norm"]) == "reduce"
-    assert cost.block_kind(["T_subtract", "T_divide", "T_multiply", "T_add", "compute"]) == "elementwise"
+    assert roofline.block_kind(attention) == "attention" == roofline.op_kind("relax.nn.attention")
+    assert roofline.block_kind(["T_batch_matmul_NT"]) == "matmul"
+    assert roofline.block_kind(["pad_temp", "pool_max"]) == "pool"
+    assert roofline.block_kind(["T_softmax_maxelem", "T_softmax_exp", "T_softmax_norm"]) == "reduce"
+    assert roofline.block_kind(["T_subtract", "T_divide", "T_multiply", "T_add", "compute"]) == "elementwise"
     # the Relax side names an inference batch norm the same way, so both sides share one roofline
-    assert cost.op_kind("relax.nn.batch_norm") == "elementwise" and cost.op_kind("relax.nn.layer_norm") == "reduce"
-    assert cost.block_kind(["T_divide", "lv88_red"]) == "reduce"
-    assert cost.op_kind("relax.max") == "reduce" and cost.op_kind("relax.maximum") == "elementwise"
+    assert roofline.op_kind("relax.nn.batch_norm") == "elementwise" and roofline.op_kind("relax.nn.layer_norm") == "reduce"
+    assert roofline.block_kind(["T_divide", "lv88_red"]) == "reduce"
+    assert roofline.op_kind("relax.max") == "reduce" and roofline.op_kind("relax.maximum") == "elementwise"
 
 
 def test_convs_are_classified_by_layout_and_grouping_on_both_sides():
     """Tuned on CPU, depthwise convs ran up to 3.6x faster in NHWC: each layout and grouping gets its roofline."""
-    assert cost.block_kind(["pad_temp", "conv2d_nhwc"]) == "conv_nhwc"
-    assert cost.block_kind(["pad_temp", "group_conv2d_nchw", "T_add"]) == "group_conv"
-    assert cost.block_kind(["pad_temp", "group_conv2d_nhwc"]) == "group_conv_nhwc"
+    assert roofline.block_kind(["pad_temp", "conv2d_nhwc"]) == "conv_nhwc"
+    assert roofline.block_kind(["pad_temp", "group_conv2d_nchw", "T_add"]) == "group_conv"
+    assert roofline.block_kind(["pad_temp", "group_conv2d_nhwc"]) == "group_conv_nhwc"
     x, w, dw = (relax.Var(n, relax.TensorType(s, "float32"))
                 for n, s in (("x", (1, 8, 8, 8)), ("w", (8, 8, 3, 3)), ("dw", (8, 1, 3, 3))))
     nchw = relax.op.nn.conv2d(x, w, padding=1)
     nhwc = relax.op.nn.conv2d(x, relax.op.permute_dims(w, [2, 3, 1, 0]), data_layout="NHWC", kernel_layout="HWIO")
     depthwise = relax.op.nn.conv2d(x, dw, groups=8, padding=1)
-    assert [cost.call_kind(c) for c in (nchw, nhwc, depthwise)] == ["conv", "conv_nhwc", "group_conv"]
+    assert [roofline.call_kind(c) for c in (nchw, nhwc, depthwise)] == ["conv", "conv_nhwc", "group_conv"]
 
 
 def test_a_kind_without_its_own_roofline_borrows_its_familys():
-    conv, depthwise, rest = cost.Hardware(10.0, 5.0), cost.Hardware(1.0, 1.0), cost.Hardware(100.0, 100.0)
-    model = cost.RooflineModel(rest, (("conv", conv), ("group_conv", depthwise)))
+    conv, depthwise, rest = roofline.Hardware(10.0, 5.0), roofline.Hardware(1.0, 1.0), roofline.Hardware(100.0, 100.0)
+    model = roofline.RooflineModel(rest, (("conv", conv), ("group_conv", depthwise)))
     f, b = 1e7, 1e6
     assert model.time_ms(f, b, "conv_nhwc") == conv.time_ms(f, b)
     assert model.time_ms(f, b, "group_conv_nhwc") == depthwise.time_ms(f, b)
     assert model.time_ms(f, b, "elementwise") == rest.time_ms(f, b)
-    assert cost.RooflineModel(rest).time_ms(f, b, "group_conv_nhwc") == rest.time_ms(f, b)
+    assert roofline.RooflineModel(rest).time_ms(f, b, "group_conv_nhwc") == rest.time_ms(f, b)
 
 
 def test_fit_recovers_the_rooflines_of_known_kernels():
-    slow, fast = cost.Hardware(10.0, 5.0, 2.0), cost.Hardware(50.0, 40.0, 1.0)
+    slow, fast = roofline.Hardware(10.0, 5.0, 2.0), roofline.Hardware(50.0, 40.0, 1.0)
     kernels = [calibration.TunedKernel(kind, f, b, (slow if kind == "conv" else fast).time_ms(f, b))
                for kind in ("conv", "elementwise") for f, b in ((1e6, 1e5), (1e7, 2e5), (3e7, 5e6), (1e5, 1e6))]
     model = calibration.fit(kernels)
@@ -60,10 +60,10 @@ def test_fit_recovers_the_rooflines_of_known_kernels():
 
 
 def test_without_tuned_kernels_the_proxy_keeps_the_nominal_roofline(cpu, tmp_path):
-    assert calibration.proxy_roofline(cpu) == cost.default_hardware(cpu)
-    assert calibration.proxy_roofline(cpu, tmp_path) == cost.default_hardware(cpu)  # no database there
+    assert calibration.proxy_roofline(cpu) == roofline.default_hardware(cpu)
+    assert calibration.proxy_roofline(cpu, tmp_path) == roofline.default_hardware(cpu)  # no database there
     from tvm.s_tir import meta_schedule as ms
-    assert calibration.proxy_roofline(cpu, ms.database.MemoryDatabase()) == cost.default_hardware(cpu)
+    assert calibration.proxy_roofline(cpu, ms.database.MemoryDatabase()) == roofline.default_hardware(cpu)
 
 
 @pytest.mark.slow

@@ -118,12 +118,12 @@ def test_a_failing_rule_raises_or_is_recorded():
 
 def test_shortlist_keeps_the_cheapest_and_later_builds_only_what_it_keeps(monkeypatch):
     from tvm_rl import models
-    from tvm_rl.graph import cost
+    from tvm_rl.graph import cost, roofline
     from tvm_rl.graph import candidates as C
     from tvm_rl.graph.fingerprint import same_graph
 
     mod = models.load("squeezenet1_1", "tiny").mod
-    proxy = cost.roofline_cost(cost.default_hardware("llvm"))
+    proxy = cost.roofline_cost(roofline.default_hardware("llvm"))
     every = enumerate_candidates(mod, cap=64, check=False, strict=False)
     short = C.Shortlist(4, proxy)
     first = short.enumerate(mod, proxy(mod), cap=64)

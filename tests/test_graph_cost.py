@@ -6,7 +6,7 @@ import pytest
 
 from tvm import relax
 
-from tvm_rl.graph import cost
+from tvm_rl.graph import cost, profiles, roofline
 from tvm_rl.graph import testing as T
 
 R = relax.op
@@ -24,19 +24,19 @@ def chain():
 
 
 def test_op_flops_and_bytes_from_shapes():
-    profiles = cost.op_profiles(chain())
-    assert [p.op for p in profiles[:3]] == ["relax.matmul", "relax.add", "relax.nn.relu"]
-    assert profiles[0].flops == 2 * 4 * 16 * 8
-    assert profiles[0].nbytes == 4 * (4 * 8 + 8 * 16 + 4 * 16)
-    conv = next(p for p in cost.op_profiles(T.bn_graph(cin=3, cout=4, hw=6, k=3)) if p.op == "relax.nn.conv2d")
+    ops = profiles.op_profiles(chain())
+    assert [p.op for p in ops[:3]] == ["relax.matmul", "relax.add", "relax.nn.relu"]
+    assert ops[0].flops == 2 * 4 * 16 * 8
+    assert ops[0].nbytes == 4 * (4 * 8 + 8 * 16 + 4 * 16)
+    conv = next(p for p in profiles.op_profiles(T.bn_graph(cin=3, cout=4, hw=6, k=3)) if p.op == "relax.nn.conv2d")
     assert conv.flops == 2 * (4 * 6 * 6) * (3 * 3 * 3)
     # batch_norm returns a tuple; its FLOPs are per element of the normalised tensor (it was priced at 0).
-    bn = next(p for p in cost.op_profiles(T.bn_graph(cin=3, cout=4, hw=6, k=3)) if p.op == "relax.nn.batch_norm")
-    assert bn.flops == cost._PER_ELEMENT["relax.nn.batch_norm"] * 4 * 6 * 6
+    bn = next(p for p in profiles.op_profiles(T.bn_graph(cin=3, cout=4, hw=6, k=3)) if p.op == "relax.nn.batch_norm")
+    assert bn.flops == profiles._PER_ELEMENT["relax.nn.batch_norm"] * 4 * 6 * 6
 
 
 def test_fusion_model_puts_epilogue_in_one_kernel_and_counts_only_its_boundary():
-    groups = cost.fused_groups(chain())
+    groups = profiles.fused_groups(chain())
     assert len(groups) == 1
     flops, nbytes, kind = groups[0]
     assert kind == "matmul"
@@ -45,32 +45,32 @@ def test_fusion_model_puts_epilogue_in_one_kernel_and_counts_only_its_boundary()
 
 
 def test_kernel_profiles_count_the_lowered_kernels(cpu):
-    kernels = cost.kernel_profiles(chain(), cpu)
+    kernels = profiles.kernel_profiles(chain(), cpu)
     assert sum(k.calls for k in kernels) >= 1
     assert sum(k.flops for k in kernels) >= 2 * 4 * 16 * 8
 
 
 def test_calibrate_recovers_a_known_roofline():
-    truth = cost.Hardware(50.0, 10.0, 2.0)
+    truth = roofline.Hardware(50.0, 10.0, 2.0)
     rng = np.random.default_rng(0)
     flops, nbytes = rng.uniform(1e4, 1e8, 40), rng.uniform(1e3, 1e7, 40)
     measured = [truth.time_ms(f, b) for f, b in zip(flops, nbytes)]
-    hw = cost.calibrate(flops, nbytes, measured)
+    hw = roofline.calibrate(flops, nbytes, measured)
     pred = np.array([hw.time_ms(f, b) for f, b in zip(flops, nbytes)])
     assert np.median(np.abs(pred / measured - 1)) < 0.1
     with pytest.raises(ValueError, match="positive"):
-        cost.calibrate([1.0], [1.0], [0.0])
+        roofline.calibrate([1.0], [1.0], [0.0])
 
 
 def test_kernels_get_their_kinds_roofline():
-    assert [cost.op_kind(n) for n in ("fused_conv2d3_add1_relu1", "relax.matmul", "max_pool2d1", "layer_norm",
+    assert [roofline.op_kind(n) for n in ("fused_conv2d3_add1_relu1", "relax.matmul", "max_pool2d1", "layer_norm",
                                       "fused_reshape_add")] == ["conv", "matmul", "pool", "reduce", "elementwise"]
-    slow, fast = cost.Hardware(1.0, 1.0), cost.Hardware(100.0, 100.0)
+    slow, fast = roofline.Hardware(1.0, 1.0), roofline.Hardware(100.0, 100.0)
     rng = np.random.default_rng(1)
     kinds = ["conv"] * 10 + ["elementwise"] * 10
     flops, nbytes = rng.uniform(1e6, 1e8, 20), rng.uniform(1e5, 1e7, 20)
     measured = [(slow if k == "conv" else fast).time_ms(f, b) for k, f, b in zip(kinds, flops, nbytes)]
-    model = cost.calibrate_by_kind(kinds, flops, nbytes, measured)
+    model = roofline.calibrate_by_kind(kinds, flops, nbytes, measured)
     assert {k for k, _ in model.per_kind} == {"conv", "elementwise"}
     for k, f, b, t in zip(kinds, flops, nbytes, measured):
         assert model.time_ms(f, b, k) == pytest.approx(t, rel=0.15)

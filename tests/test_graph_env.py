@@ -6,7 +6,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from tvm_rl import models
-from tvm_rl.graph import cost
+from tvm_rl.graph import profiles, roofline
 from tvm_rl.graph import testing as T
 from tvm_rl.graph.env import GraphRewriteEnv
 
@@ -77,7 +77,7 @@ def test_real_measurement_every_n_steps_rescales_the_proxy():
 
     def fake_measure(mod):  # a "real" latency 3x the proxy, recorded to see when it is called
         measured.append(mod)
-        return 3 * cost.graph_roofline_ms(mod, cost.default_hardware("llvm"))
+        return 3 * profiles.graph_roofline_ms(mod, roofline.default_hardware("llvm"))
 
     env = GraphRewriteEnv(T.merge_matmul_graph(outs=(4, 6, 4, 5)), cap=8, horizon=3, measure=fake_measure,
                           measure_every=2)

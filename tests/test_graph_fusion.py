@@ -8,7 +8,7 @@ import pytest
 from tvm import relax
 
 from tvm_rl import measure, models
-from tvm_rl.graph import cost, fusion
+from tvm_rl.graph import fusion, profiles
 from tvm_rl.graph import testing as T
 from tvm_rl.graph.candidates import enumerate_candidates
 from tvm_rl.graph.rules.ir import Graph, op_name
@@ -46,7 +46,7 @@ def test_constant_weight_transpose_is_folded_and_costs_nothing(cpu):
 
     mod = T.module(body, [(4, 8)])
     assert predicted(mod) == lowered(mod, cpu) == Counter({"matmul": 1})
-    flops, nbytes, kind = cost.fused_groups(mod)[0]
+    flops, nbytes, kind = profiles.fused_groups(mod)[0]
     assert (kind, nbytes) == ("matmul", 4 * (4 * 8 + 8 * 16 + 4 * 16))  # W^T read once, never transposed
 
 
@@ -59,7 +59,7 @@ def test_reshape_between_matmul_and_scale_is_a_kernel_boundary(cpu):
 
     mod = T.module(body, [(4, 8)])
     assert predicted(mod) == lowered(mod, cpu) == Counter({"matmul": 1, "reshapemultiply": 1})
-    assert len(cost.fused_groups(mod)) == 2
+    assert len(profiles.fused_groups(mod)) == 2
 
 
 def test_lone_reshape_is_a_view():

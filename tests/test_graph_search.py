@@ -4,11 +4,11 @@ import pytest
 import tvm_ffi
 
 from tvm_rl import models
-from tvm_rl.graph import cost, search
+from tvm_rl.graph import cost, profiles, roofline, search
 from tvm_rl.graph import testing as T
 from tvm_rl.graph.verify import compare_variants
 
-HW = cost.default_hardware("llvm")
+HW = roofline.default_hardware("llvm")
 SEARCHES = {
     "greedy": lambda mod, c, **kw: search.greedy(mod, c, **kw),
     "backtracking": lambda mod, c, **kw: search.backtracking(mod, c, budget=6, **kw),
@@ -32,7 +32,7 @@ def test_searches_keep_the_function_and_never_raise_the_cost(graph):
     results = {name: run(mod, cost.roofline_cost(HW)) for name, run in SEARCHES.items()}
     for name, r in results.items():
         assert r.cost <= r.initial_cost, name
-        assert r.cost == pytest.approx(cost.graph_roofline_ms(r.mod, HW))
+        assert r.cost == pytest.approx(profiles.graph_roofline_ms(r.mod, HW))
     assert results["backtracking"].cost <= results["greedy"].cost  # it expands greedy's path first
     changed = {k: r.mod for k, r in results.items() if r.applied}
     assert changed, "every example graph has a cheaper rewrite"

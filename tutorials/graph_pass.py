@@ -24,7 +24,7 @@ from pathlib import Path
 import tvm
 
 from tvm_rl import measure, models
-from tvm_rl.graph import RLRewritePass, cost, search
+from tvm_rl.graph import RLRewritePass, cost, roofline, search
 from tvm_rl.tune import tune_model
 
 ap = argparse.ArgumentParser(description="Tutorial (a): the RL graph pass on BERT and ResNeXt")
@@ -36,7 +36,7 @@ size, trials = ("tiny", 0) if args.quick else ("full", 16)
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)
 target = measure.parse_target("llvm")
-proxy = cost.roofline_cost(cost.default_hardware(target))  # steers the searches: ~ms per graph
+proxy = cost.roofline_cost(roofline.default_hardware(target))  # steers the searches: ~ms per graph
 
 results = {}
 for name in ("bert", "resnext50"):

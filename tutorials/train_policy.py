@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from tvm_rl import measure, models
-from tvm_rl.graph import RLRewritePass, cost
+from tvm_rl.graph import RLRewritePass, cost, roofline
 from tvm_rl.graph.train import TrainConfig, train
 
 ap = argparse.ArgumentParser(description="Tutorial (d): training the graph policy on your own models")
@@ -66,7 +66,7 @@ with open(Path(args.out) / "train.csv") as f:
 # 3. The trained policy in the pass, against the shipped one, on your model (proxy cost: no builds needed;
 #    in a compile script keep confirm=True, the default, to measure before trusting it).
 target = measure.parse_target("llvm")
-proxy = cost.roofline_cost(cost.default_hardware(target))
+proxy = cost.roofline_cost(roofline.default_hardware(target))
 mod = models.load("my_block", "tiny").mod
 for label, chosen in (("shipped policy", None), ("your policy", Path(args.out) / "policy.pt")):
     rl = RLRewritePass(target, chosen, max_steps=10, episodes=2, time_budget_s=30, confirm=False, cost=proxy)

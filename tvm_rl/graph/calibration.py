@@ -1,10 +1,10 @@
 """Fit the graph proxy's rooflines to the kernels a MetaSchedule database has tuned.
 
-The nominal roofline (`cost.default_hardware`) says what the chip could do; tuned TVM kernels reach a
+The nominal roofline (`roofline.default_hardware`) says what the chip could do; tuned TVM kernels reach a
 different fraction of it for each kind of kernel (a tuned conv far more than a memory-bound batch norm),
 and that ratio decides which rewrites pay. A tuning database already holds the answer: every workload with
 its best measured latency. `tuned_roofline` reads them, counts each kernel's FLOPs and bytes, classifies it
-by its blocks' names, and fits one roofline per kind (`cost.calibrate_by_kind`). The fit is kept beside the
+by its blocks' names, and fits one roofline per kind (`roofline.calibrate_by_kind`). The fit is kept beside the
 database (`roofline.json`) and redone when the database has grown.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 
 import tvm
 
-from . import cost
+from . import profiles, roofline
 
 
 def _records(work_dir: str | Path) -> Path:
@@ -64,7 +64,7 @@ def tuned_kernels(work_dir: str | Path) -> list[TunedKernel]:
         except Exception:  # data-dependent loops: TVM cannot count them
             flops = 0.0
         shapes = tuple(tuple(int(d) for d in info.shape) for info in ArgInfo.from_prim_func(func))
-        out.append(TunedKernel(cost.tir_kind(func), flops, cost._prim_func_bytes(func), best_ms, shapes))
+        out.append(TunedKernel(roofline.tir_kind(func), flops, profiles.prim_func_bytes(func), best_ms, shapes))
     return out
 
 
@@ -80,19 +80,19 @@ def layout_pairs(kernels: list[TunedKernel]) -> list[tuple[TunedKernel, TunedKer
             and nchw[key(k)].kind == k.kind.removesuffix("_nhwc")]
 
 
-def fit(kernels: list[TunedKernel]) -> cost.RooflineModel:
-    """One roofline per kind with enough kernels, one over all for the rest (`cost.calibrate_by_kind`)."""
+def fit(kernels: list[TunedKernel]) -> roofline.RooflineModel:
+    """One roofline per kind with enough kernels, one over all for the rest (`roofline.calibrate_by_kind`)."""
     if not kernels:
         raise ValueError("no tuned kernels to fit a roofline to")
-    return cost.calibrate_by_kind([k.kind for k in kernels], [k.flops for k in kernels],
+    return roofline.calibrate_by_kind([k.kind for k in kernels], [k.flops for k in kernels],
                                   [k.nbytes for k in kernels], [k.best_ms for k in kernels])
 
 
-def _hardware(d: dict) -> cost.Hardware:
-    return cost.Hardware(d["peak_gflops"], d["gbps"], d["launch_us"], d["source"])
+def _hardware(d: dict) -> roofline.Hardware:
+    return roofline.Hardware(d["peak_gflops"], d["gbps"], d["launch_us"], d["source"])
 
 
-def tuned_roofline(work_dir: str | Path, target: tvm.target.Target | str | None = None) -> cost.RooflineModel:
+def tuned_roofline(work_dir: str | Path, target: tvm.target.Target | str | None = None) -> roofline.RooflineModel:
     """The rooflines of the kernels tuned in `work_dir`, cached in `work_dir/roofline.json`.
 
     `target` (a database holds one target's kernels) is written into the cache for whoever reads it.
@@ -104,39 +104,39 @@ def tuned_roofline(work_dir: str | Path, target: tvm.target.Target | str | None 
     if path.exists():
         try:
             saved = json.loads(path.read_text())
-            if saved["records_bytes"] == stamp and saved.get("kinds") == list(cost.KINDS):
-                return cost.RooflineModel(_hardware(saved["default"]),
+            if saved["records_bytes"] == stamp and saved.get("kinds") == list(roofline.KINDS):
+                return roofline.RooflineModel(_hardware(saved["default"]),
                                           tuple((k, _hardware(h)) for k, h in saved["per_kind"].items()))
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # refit below
     kernels = tuned_kernels(work_dir)
     model = fit(kernels)
-    path.write_text(json.dumps({"records_bytes": stamp, "kinds": list(cost.KINDS), "kernels": len(kernels),
+    path.write_text(json.dumps({"records_bytes": stamp, "kinds": list(roofline.KINDS), "kernels": len(kernels),
                                 "target": str(target) if target is not None else None,
                                 "default": model.default.as_dict(),
                                 "per_kind": {k: h.as_dict() for k, h in model.per_kind}}, indent=1))
     return model
 
 
-def proxy_roofline(target: tvm.target.Target | str, database=None) -> cost.Roofline:
+def proxy_roofline(target: tvm.target.Target | str, database=None) -> roofline.Roofline:
     """The roofline a graph search should price kernels with: fitted to `database`'s tuned kernels (a work dir
-    or a JSON database) when it has any, else the nominal figures (`cost.default_hardware`)."""
+    or a JSON database) when it has any, else the nominal figures (`roofline.default_hardware`)."""
     if database is None:
-        return cost.default_hardware(target)
+        return roofline.default_hardware(target)
     path = getattr(database, "path_tuning_record", None)
     if path is None and not isinstance(database, (str, Path)):
-        return cost.default_hardware(target)  # a database with no files (in memory): nothing to read
+        return roofline.default_hardware(target)  # a database with no files (in memory): nothing to read
     work_dir = Path(str(path)).parent if path else Path(database)
     records = work_dir / "database_tuning_record.json"
     if not records.exists() or records.stat().st_size == 0:
-        return cost.default_hardware(target)
+        return roofline.default_hardware(target)
     try:
         return tuned_roofline(work_dir, target)
     except ValueError:  # records, but none measured successfully
-        return cost.default_hardware(target)
+        return roofline.default_hardware(target)
 
 
-def fit_error(model: cost.Roofline, kernels: list[TunedKernel]) -> dict[str, float]:
+def fit_error(model: roofline.Roofline, kernels: list[TunedKernel]) -> dict[str, float]:
     """Median |predicted / measured - 1| per kind and over all: how far the fitted rooflines are off."""
     rel: dict[str, list[float]] = {}
     for k in kernels:

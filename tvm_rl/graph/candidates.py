@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import tvm
 
-from .cost import graph_of
+from .view import graph_of
 from .fingerprint import module_key, same_graph
 from .rules import AllMatches, Match, Rule, RuleError, all_rules
 

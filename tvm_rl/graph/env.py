@@ -25,6 +25,7 @@ import tvm
 from tvm.ir import GenericConst, Var
 
 from . import cost as costs
+from . import profiles, roofline, view
 from . import fusion
 from .candidates import CandidateSet, Shortlist, enumerate_candidates
 from .fingerprint import module_key, same_graph
@@ -51,7 +52,7 @@ _HIGH = 1e9  # features are logs and ratios; a finite bound keeps the env checke
 
 def _shape_features(expr) -> np.ndarray:
     """rank/8, log2(1+numel)/32 and log2(1+d)/16 of the last MAX_RANK dims (right-aligned) of a tensor."""
-    return costs.memo(("shape_features", expr), lambda: _compute_shape_features(costs.tensor_info(expr)[0]))
+    return view.memo(("shape_features", expr), lambda: _compute_shape_features(view.tensor_info(expr)[0]))
 
 
 def _compute_shape_features(shape) -> np.ndarray:
@@ -80,10 +81,10 @@ class GraphTensors:
     edge_features: np.ndarray
 
 
-def encode(mod: tvm.IRModule, hardware: costs.Roofline) -> GraphTensors:
+def encode(mod: tvm.IRModule, hardware: roofline.Roofline) -> GraphTensors:
     """`main` as a graph: a node per input, constant use and dataflow binding; an edge per tensor read."""
-    g = costs.graph_of(mod)
-    profiles = costs.op_profiles(mod, g)
+    g = view.graph_of(mod)
+    ops = profiles.op_profiles(mod, g)
     rows: list[np.ndarray] = []
     index: dict[str, int] = {}
     edges: list[tuple[int, int]] = []
@@ -98,12 +99,12 @@ def encode(mod: tvm.IRModule, hardware: costs.Roofline) -> GraphTensors:
         return out
 
     def node(key, make) -> int:
-        rows.append(costs.memo(("node", hardware, *key), make))
+        rows.append(view.memo(("node", hardware, *key), make))
         return len(rows) - 1
 
     for param in g.func.params:
         index[param.name] = node((param,), lambda: row("input", param))
-    for name, p in zip(g.order, profiles):
+    for name, p in zip(g.order, ops):
         var, value = g.vars[name], g.values[name]
         me = node((var, value), lambda: row(p.op if p.op != "var" else "other", var, p.flops, p.nbytes, p.kind))
         for arg in fusion.inputs_of(value):
@@ -131,7 +132,7 @@ class GraphRewriteEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, mod: tvm.IRModule, cap: int = 64, horizon: int = 20, rules: Sequence[Rule] | None = None,
-                 cost: costs.CostFn | None = None, hardware: costs.Roofline | None = None,
+                 cost: costs.CostFn | None = None, hardware: roofline.Roofline | None = None,
                  target: tvm.target.Target | str = "llvm", measure: costs.CostFn | None = None,
                  measure_every: int | None = None, max_nodes: int | None = None, max_edges: int | None = None,
                  check: bool = False, shortlist: int | None = None):
@@ -145,7 +146,7 @@ class GraphRewriteEnv(gym.Env):
         self.initial = mod
         self.cap, self.horizon, self.check = cap, horizon, check
         self.rules = all_rules() if rules is None else list(rules)
-        self.hardware = hardware or costs.default_hardware(target)
+        self.hardware = hardware or roofline.default_hardware(target)
         self.cost = cost or costs.roofline_cost(self.hardware)
         self.measure, self.measure_every = measure, measure_every
         first = encode(mod, self.hardware)

@@ -1,6 +1,6 @@
 """Which kernels a Relax graph becomes, predicted from its bindings without lowering.
 
-The graph proxy (`cost.fused_groups`) must cost the kernels TVM will actually run, not the Relax operators:
+The graph proxy (`profiles.fused_groups`) must cost the kernels TVM will actually run, not the Relax operators:
 a weight transpose is folded away by FoldConstant, a bias add rides in its matmul's epilogue, but a reshape
 between a matmul and its scale is a kernel boundary. Lowering every candidate to find out takes seconds a
 graph at full size, so this module replays the two passes that decide it on the bindings themselves:

@@ -27,6 +27,7 @@ from tvm import relax
 
 from .. import measure
 from . import cost as costs
+from . import roofline
 from .agent import Decision, GraphActorCritic
 from .calibration import proxy_roofline
 from .candidates import Shortlist, enumerate_candidates, past
@@ -60,7 +61,7 @@ class RewriteReport:
         return self.initial_cost / self.cost if self.cost > 0 else 1.0
 
 
-def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn, hardware: costs.Roofline,
+def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn, hardware: roofline.Roofline,
             rules: Sequence[Rule], max_steps: int, rng: np.random.Generator | None, deadline: float,
             cap: int | None = None, shortlist: int | None = None) -> tuple[tvm.IRModule, float, list[str], int]:
     """One episode of the policy from `mod` (greedy when `rng` is None); returns the cheapest graph on the
@@ -111,7 +112,7 @@ class RLRewritePass:
     all_matches: also offer, per rule family with two or more matches, the action "apply every match of it"
     (`rules.AllMatches`): full-size CNNs need 50-120 single rewrites, more than fit in the time budget.
     measure_pair: replaces the confirmation's measurement ((input, result) -> their ms, timed side by side as
-    `cost.pair_measure` does; e.g. `cost.tuned_pair_measure` to tune new kernels first).
+    `cost.pair_measure` does; e.g. `tvm_rl.tuned_cost.tuned_pair_measure` to tune new kernels first).
     """
 
     def __init__(self, target: tvm.target.Target | str = "llvm", policy: GraphActorCritic | str | Path | None = None,
@@ -123,7 +124,7 @@ class RLRewritePass:
             raise ValueError(f"need max_steps >= 0 and episodes >= 1, got {max_steps} and {episodes}")
         self.target = measure.parse_target(target)
         self.policy = policy if isinstance(policy, GraphActorCritic) else GraphActorCritic.load(policy)
-        self.hardware = costs.default_hardware(self.target)
+        self.hardware = roofline.default_hardware(self.target)
         self.cost = cost or costs.roofline_cost(proxy_roofline(self.target, database))
         self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
         self.confirm = confirm

@@ -1,0 +1,41 @@
+"""Cost functions that tune a graph's kernels before timing it: they join the two halves, so they live above
+both (the graph half never imports the tuner)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+import tvm
+
+from .graph.cost import CostFn, Memo, PairMeasure, end_to_end_ms, pair_measure
+
+
+def tuned_pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndarray] | None, work_dir: str | Path,
+                       trials_per_kernel: int = 16, repeat: int = 10, **tune_options) -> PairMeasure:
+    """`pair_measure` after tuning both graphs' kernels into `work_dir` (see `tuned_end_to_end_cost` for why)."""
+    return pair_measure(target, inputs, repeat=repeat,
+                        tune=_tuner(target, work_dir, trials_per_kernel, **tune_options))
+
+
+def tuned_end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.ndarray], work_dir: str | Path,
+                          trials_per_kernel: int = 16, repeat: int = 10, **tune_options) -> CostFn:
+    """The measured end-to-end median after tuning the graph's kernels into `work_dir`, memoised.
+
+    Rewrites create kernels the database has never seen (a merged matmul, a conv with its batch norm folded
+    in); built untuned they are naive loops on CPU, so timing them untuned would condemn every such rewrite.
+    Each graph's kernels are tuned first to the same `trials_per_kernel` (`tune.tune_model`: kernels already
+    in the database are skipped, so graphs sharing kernels tune them once), then the graph is timed.
+    """
+    tune = _tuner(target, work_dir, trials_per_kernel, **tune_options)
+    return Memo(lambda mod: end_to_end_ms(mod, target, inputs, tune(mod), repeat).median_ms)
+
+
+def _tuner(target, work_dir: str | Path, trials_per_kernel: int, **tune_options) -> Callable[[tvm.IRModule], object]:
+    """mod -> the database of `work_dir` after tuning mod's kernels there (`tune.tune_model`)."""
+    from .tune import tune_model
+
+    return lambda mod: tune_model(mod, target, work_dir, trials_per_kernel=trials_per_kernel, **tune_options)[0]
+
+
