@@ -1,5 +1,5 @@
 """Candidates that fail to build, crash, hang or compute the wrong thing are recorded as failures with their
-reason, and tuning goes on (injected failures; see tvm_rl.tune.failures)."""
+reason, and tuning goes on (injected failures; see tvm_rl.tune.runner.failures)."""
 import json
 import resource
 from pathlib import Path
@@ -14,7 +14,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-from tvm_rl.tune.failures import CheckedRunner, FailureLog, classify, summarize_error
+from tvm_rl.tune.runner.failures import CheckedRunner, FailureLog, classify, summarize_error
 
 N = 32
 
@@ -128,7 +128,7 @@ class FaultyBuilder(PyBuilder):
 def test_tuning_records_failures_with_reasons_and_goes_on(cpu, tmp_path):
     from tvm_rl.tune.tasks import tune_workloads
     from tvm_rl.tune.agent import PPOConfig
-    from tvm_rl.tune.strategy import PPOSearch
+    from tvm_rl.tune.search_strategy.ppo import PPOSearch
     from tvm_rl.tune.tasks import shared_builder
 
     strategy = PPOSearch(config=PPOConfig(walks=8, max_evaluations=16), seed=0)

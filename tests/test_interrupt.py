@@ -12,7 +12,8 @@ import pytest
 import tvm_ffi
 
 from tvm_rl.errors import TuningInterrupted
-from tvm_rl.tune.interrupt import StopOnInterrupt, interrupt_pending, interruptible
+from tvm_rl.interrupt import interrupt_pending, interruptible
+from tvm_rl.tune.measure_callback import StopOnInterrupt
 
 REPO = Path(__file__).resolve().parents[1]
 TOPHUB = REPO.parent / "shared" / "tophub"

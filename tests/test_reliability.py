@@ -204,7 +204,7 @@ def test_same_seed_same_proposals(cpu):
     from test_strategy import drive, matmul
 
     from tvm_rl.tune import knobs
-    from tvm_rl.tune.strategy import PPOSearch
+    from tvm_rl.tune.search_strategy.ppo import PPOSearch
 
     def proposals(seed: int, trials: int = 6) -> list[list[str]]:
         ctx = knobs.make_context(matmul(32), cpu, "matmul", seed=0)

@@ -19,7 +19,7 @@ from kernels import matmul
 from tvm_rl.cli import main
 from tvm_rl.tune import open_database
 from tvm_rl.tune.tasks import tune_workloads
-from tvm_rl.tune.rpc import RPCError, check_tracker, parse_tracker, rpc_runner, tracker_summary
+from tvm_rl.tune.runner.rpc import RPCError, check_tracker, parse_tracker, rpc_runner, tracker_summary
 
 KEY = "tvm-rl-test"
 TOPHUB = Path(__file__).resolve().parents[2] / "shared" / "tophub"

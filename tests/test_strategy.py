@@ -16,8 +16,8 @@ from tvm.s_tir import meta_schedule as ms
 from kernels import matmul
 from tvm_rl.tune import knobs
 from tvm_rl.tune.agent import PPOAgent, PPOConfig
-from tvm_rl.tune.annealing import SimulatedAnnealing
-from tvm_rl.tune.strategy import PPOSearch
+from tvm_rl.tune.search_strategy.annealing import SimulatedAnnealing
+from tvm_rl.tune.search_strategy.ppo import PPOSearch
 from tvm_rl.tune.tasks import shared_builder
 
 

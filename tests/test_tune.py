@@ -7,7 +7,7 @@ from tvm import te
 
 from tvm_rl import measure, models
 from tvm_rl.tune import extract_tasks, open_database, tune_model, tune_workloads
-from tvm_rl.tune.exhaustion import StopWhenExhausted
+from tvm_rl.tune.search_strategy.exhaustion import StopWhenExhausted
 from tvm_rl.tune.tasks import read_exhausted, records_per_workload
 
 

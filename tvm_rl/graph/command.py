@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     model = models.load(args.model, args.size) if args.model else models.from_onnx(args.onnx)
     database = None
     if args.database:
-        from ..tune import open_database
+        from ..database import open_database
         database = open_database(args.database)
     rewrite = RLRewritePass(target, args.policy, max_steps=args.steps, episodes=args.episodes,
                             time_budget_s=args.time_budget, confirm=not args.no_confirm, database=database,

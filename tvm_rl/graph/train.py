@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import UnknownModelError
-from ..tune.interrupt import interrupt_pending
+from ..interrupt import interrupt_pending
 from .agent import Decision, GraphActorCritic, PolicyConfig, decision_from_observation
 from .rules import all_rules, with_all_matches
 
@@ -389,7 +389,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> None:
             ap.add_argument(flag, type=type(value), default=value, help=f"default: {value}")
     args = vars(ap.parse_args(argv))
     args["models"] = tuple(args["models"])
-    from ..tune.interrupt import interruptible
+    from ..interrupt import interruptible
 
     ckpt = Path(args["work_dir"]) / "checkpoint.pt"
     # Ctrl-C inside TVM code comes back as a RuntimeError; `interruptible` turns it back into an interrupt.

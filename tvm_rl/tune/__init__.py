@@ -1,10 +1,17 @@
-"""Operator level: kernels as tuning tasks, knob-space search strategies (PPOSearch, SimulatedAnnealing) and
-tuning into a MetaSchedule database. The strategies import torch and scikit-learn, so they load on first use."""
-from .rpc import RPCError, rpc_runner
-from .tasks import TuneReport, extract_tasks, make_strategy, open_database, tune_model, tune_workloads
+"""Operator level: kernels as tuning tasks, tuned into a MetaSchedule database by a search strategy.
 
-_LAZY = {"PPOSearch": ".strategy", "KnobSearch": ".strategy", "SimulatedAnnealing": ".annealing",
-         "PPOAgent": ".agent", "PPOConfig": ".agent"}
+Laid out like MetaSchedule's own package: `search_strategy` (PPOSearch, SimulatedAnnealing, evolutionary, a
+`create` registry), `runner` (builder, checked runner, RPC), `measure_callback` (progress, interrupt), the
+CHAMELEON parts (`knobs`, `agent`, `sampling`) and `tasks` (extract, tune). The database folder is owned by
+`tvm_rl.database`. The strategies import torch and scikit-learn, so they load on first use.
+"""
+from ..database import open_database
+from .runner.rpc import RPCError, rpc_runner
+from .search_strategy import create as make_strategy
+from .tasks import TuneReport, extract_tasks, tune_model, tune_workloads
+
+_LAZY = {"PPOSearch": ".search_strategy.ppo", "KnobSearch": ".search_strategy.ppo",
+         "SimulatedAnnealing": ".search_strategy.annealing", "PPOAgent": ".agent", "PPOConfig": ".agent"}
 
 
 def __getattr__(name: str):

@@ -27,10 +27,10 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..measure import device_for, host_cpu_target, parse_target, random_args
 from .agent import PPOConfig
-from .annealing import SimulatedAnnealing
+from .search_strategy.annealing import SimulatedAnnealing
 from .intrin import preload_tensor_intrinsics
-from .progress import ProgressLine
-from .strategy import PPOSearch
+from .measure_callback.progress import ProgressLine
+from .search_strategy.ppo import PPOSearch
 from .tasks import prepare_metaschedule_logging, shared_builder
 from .tophub import TophubTask, load_tasks, tophub_dir
 

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from ..measure import host_cpu_target, parse_target
-from .tasks import STRATEGIES, make_strategy, tune_model, tune_workloads
+from . import search_strategy
+from .tasks import tune_model, tune_workloads
 
 
 def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     ap.add_argument("--tophub-dir", default=None, help="folder of TopHub logs (default $TVM_RL_TOPHUB_DIR or "
                                                        "~/.tvm/tophub)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
-    ap.add_argument("--strategy", default="ppo", choices=STRATEGIES)
+    ap.add_argument("--strategy", default="ppo", choices=search_strategy.names())
     ap.add_argument("--trials", type=int, default=32, help="measured trials per kernel (default 32)")
     ap.add_argument("--per-iter", type=int, default=8, help="candidates measured per round (default 8)")
     ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
             return 2
     strategy = args.strategy  # a name: built only if there is something to tune (PPO imports torch)
     if args.walks is not None or args.evaluations is not None:
-        strategy = make_strategy(args.strategy, args.seed, args.walks, args.evaluations)
+        strategy = search_strategy.create(args.strategy, args.seed, args.walks, args.evaluations)
     common = dict(trials_per_kernel=args.trials, trials_per_iter=args.per_iter, strategy=strategy,
                   seed=args.seed, op_filter=args.op_filter, runner=runner, check_results=args.check_results)
     if args.tophub:
@@ -90,7 +91,7 @@ def _remote_runner(args: argparse.Namespace, ap: argparse.ArgumentParser):
     """The RPC runner the arguments ask for, after asking the tracker; None (reason printed) if it cannot serve."""
     if not (args.rpc_tracker and args.rpc_key):
         ap.error("--rpc-tracker and --rpc-key go together: the tracker's HOST:PORT and the devices' key")
-    from .rpc import RPCError, check_tracker, rpc_runner
+    from .runner.rpc import RPCError, check_tracker, rpc_runner
 
     try:
         # Ask before any model is loaded, so a wrong address or key is reported in seconds.

@@ -42,7 +42,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..errors import TvmRlError
 from .intrin import preload_tensor_intrinsics
-from .interrupt import interrupt_pending
+from ..interrupt import interrupt_pending
 
 TILE, CATEGORICAL, COMPUTE_LOCATION = "tile", "categorical", "compute_location"
 _ENTER_POSTPROC = "EnterPostproc"

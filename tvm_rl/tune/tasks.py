@@ -18,15 +18,15 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from ..errors import DatabaseError, TargetError, TvmRlError
+from ..errors import TargetError, TvmRlError
+from ..database import open_database
+from ..interrupt import interruptible
 from ..measure import kernel_stage, parse_target
-from .database import check_database_dir
-from .exhaustion import StopWhenExhausted
-from .failures import CheckedRunner, FailureLog
-from .interrupt import StopOnInterrupt, interruptible
+from . import search_strategy
+from .search_strategy.exhaustion import StopWhenExhausted
 from .intrin import preload_tensor_intrinsics
-from .progress import ProgressLine
-from .workers import PersistentBuilder
+from .measure_callback import ProgressLine, StopOnInterrupt
+from .runner import CheckedRunner, FailureLog, PersistentBuilder
 
 
 
@@ -34,21 +34,6 @@ def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target | str) -> list[ms
     """The distinct kernels of `mod` as MetaSchedule tasks, keyed exactly as `measure.build` looks them up."""
     target = parse_target(target)
     return list(ms.relax_integration.extract_tasks(kernel_stage(mod, target), target))
-
-
-def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
-    """The JSON tuning database in `work_dir` (created if absent); DatabaseError naming the file and line if
-    its files are corrupt or foreign (see `tvm_rl.tune.database`)."""
-    work_dir = Path(work_dir)
-    check_database_dir(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    workloads, records = work_dir / "database_workload.json", work_dir / "database_tuning_record.json"
-    try:
-        return ms.database.JSONDatabase(str(workloads), str(records), allow_missing=True)
-    except Exception as err:
-        last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise DatabaseError(f"tuning database in {work_dir} is unreadable ({last}); move {workloads.name} and "
-                            f"{records.name} aside to start a fresh one") from err
 
 
 def records_per_workload(database: ms.Database) -> Counter:
@@ -73,43 +58,6 @@ def _write_exhausted(work_dir: Path, exhausted: dict[str, int]) -> None:
     tmp = Path(work_dir) / (EXHAUSTED + ".tmp")
     tmp.write_text(json.dumps(exhausted, indent=0))
     tmp.replace(Path(work_dir) / EXHAUSTED)
-
-
-def default_strategy() -> ms.SearchStrategy:
-    """MetaSchedule's evolutionary search, with the initial population drawn with fewer retries than its
-    defaults (50 unmeasured, 5 failures), which on small spaces spend most of a 2-core machine's time failing
-    to find more distinct schedules than exist. Mutation, cost model and selection are MetaSchedule's own."""
-    return ms.search_strategy.EvolutionarySearch(population_size=512, init_min_unmeasured=16, max_fail_count=2)
-
-
-STRATEGIES = ("evolutionary", "ppo", "ppo-topk", "annealing", "random")
-
-
-def make_strategy(name: str | ms.SearchStrategy | None, seed: int = 0, walks: int | None = None,
-                  evaluations: int | None = None) -> ms.SearchStrategy:
-    """A search strategy by name (one of STRATEGIES; None: "evolutionary"), or the strategy itself.
-
-    `walks` (PPO's walks or annealing's chains) and `evaluations` (points the cost model rates per round) set
-    the knob-space strategies' effort per round; None keeps their defaults. The other strategies ignore them.
-    """
-    if name is None or name == "evolutionary":
-        return default_strategy()
-    if not isinstance(name, str):
-        return name
-    if name in ("ppo", "ppo-topk"):
-        from .agent import PPOConfig
-        from .strategy import PPOSearch
-
-        effort = {k: v for k, v in (("walks", walks), ("max_evaluations", evaluations)) if v is not None}
-        return PPOSearch(adaptive=name == "ppo", config=PPOConfig(seed=seed, **effort), seed=seed)
-    if name == "annealing":
-        from .annealing import SimulatedAnnealing
-
-        effort = {k: v for k, v in (("chains", walks), ("max_evaluations", evaluations)) if v is not None}
-        return SimulatedAnnealing(seed=seed, **effort)
-    if name == "random":
-        return ms.search_strategy.ReplayTrace()
-    raise TvmRlError(f"unknown search strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
 
 
 def prepare_metaschedule_logging(verbose: bool = False) -> None:
@@ -180,8 +128,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
     interrupted run resumes.
 
-    `strategy` is a MetaSchedule SearchStrategy or a name from STRATEGIES ("ppo" is PPOSearch); by default
-    `default_strategy()` (evolutionary search), which is wrapped so that a task whose space is exhausted ends
+    `strategy` is a MetaSchedule SearchStrategy or a name `search_strategy.create` knows ("ppo" is PPOSearch); by default
+    `search_strategy.evolutionary()` (evolutionary search), which is wrapped so that a task whose space is exhausted ends
     instead of being re-searched for nothing (the knob-space strategies end such tasks themselves, and may
     measure fewer than `trials_per_iter` in a round on purpose). The default builder is a process-wide
     PersistentBuilder, so its warm workers serve every call. Progress is one line per measured batch;
@@ -221,8 +169,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     start = time.perf_counter()
     preload_tensor_intrinsics()
     prepare_metaschedule_logging(verbose)
-    strategy = make_strategy(strategy, seed)
-    if _is_evolutionary(strategy):
+    strategy = search_strategy.create(strategy, seed)
+    if search_strategy.is_evolutionary(strategy):
         strategy = StopWhenExhausted(strategy)
     names = [name for name, _, _ in todo]
     loggers = ms.logging.get_loggers_from_work_dir(str(work_dir / "ms_logs"), names)
@@ -278,7 +226,3 @@ def _resume_hint(work_dir: Path) -> str:
     count = sum(1 for _ in open(records, "rb")) if records.is_file() else 0
     return (f"interrupted; the {count} measured records so far are kept in {records}. Run the same command "
             "again to resume: each kernel gets what is left of its budget, nothing is measured twice.")
-
-
-def _is_evolutionary(strategy: ms.SearchStrategy) -> bool:
-    return isinstance(strategy, ms.search_strategy.EvolutionarySearch)

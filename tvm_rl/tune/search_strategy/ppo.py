@@ -28,9 +28,9 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
-from .agent import PPOAgent, PPOConfig
-from .knobs import KnobError, KnobSpace, to_candidate
-from .sampling import adaptive_sample
+from ..agent import PPOAgent, PPOConfig
+from ..knobs import KnobError, KnobSpace, to_candidate
+from ..sampling import adaptive_sample
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,9 @@ import logging
 import time
 from pathlib import Path
 
-from ..errors import DatabaseError
+from tvm.s_tir import meta_schedule as ms
+
+from .errors import DatabaseError
 
 logger = logging.getLogger(__name__)
 
@@ -126,3 +128,18 @@ def _check_record(entry, n_workloads: int) -> str | None:
     if secs is not None and not (isinstance(secs, list) and all(isinstance(s, (int, float)) for s in secs)):
         return "is not a tuning record (its run seconds are not a list of numbers)"
     return None
+
+
+def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
+    """The JSON tuning database in `work_dir` (created if absent); DatabaseError naming the file and line if
+    its files are corrupt or foreign (see `check_database_dir`)."""
+    work_dir = Path(work_dir)
+    check_database_dir(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    workloads, records = work_dir / "database_workload.json", work_dir / "database_tuning_record.json"
+    try:
+        return ms.database.JSONDatabase(str(workloads), str(records), allow_missing=True)
+    except Exception as err:
+        last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+        raise DatabaseError(f"tuning database in {work_dir} is unreadable ({last}); move {workloads.name} and "
+                            f"{records.name} aside to start a fresh one") from err

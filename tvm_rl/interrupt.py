@@ -1,4 +1,4 @@
-"""Ctrl-C during tuning, reported as one TuningInterrupted that says how to resume.
+"""Ctrl-C during tuning or training, reported as one TuningInterrupted that says how to resume.
 
 MetaSchedule appends every measured record to the JSON database as soon as its batch is measured, so nothing
 completed is lost when a run stops; rerunning resumes from what the database holds. What needs help is the
@@ -9,7 +9,7 @@ arrived, so whatever exception it turned into becomes TuningInterrupted.
 
 A Python callback that catches Exception around a call into TVM (the knob decoder replaying a trace, for
 one) can swallow the interrupt, since TVM hands it back as a RuntimeError. So the signal also leaves a flag:
-such callbacks re-raise while it is set (`interrupt_pending`), and `StopOnInterrupt`, the first measure
+such callbacks re-raise while it is set (`interrupt_pending`), and `tune.measure_callback.StopOnInterrupt`, the first measure
 callback of every batch, stops the run there at the latest.
 
 Worker processes (builders, runners) are left to die of the same Ctrl-C: the tuning process waits on them in
@@ -23,10 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from tvm.ir.utils import derived_object
-from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-
-from ..errors import TuningInterrupted
+from .errors import TuningInterrupted
 
 _pending: list[int] = []  # SIGINTs seen by the innermost `interruptible` block not yet turned into its error
 
@@ -62,17 +59,6 @@ def interruptible(message: Callable[[], str]) -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
         _pending[:] = outer
-
-
-@derived_object
-class StopOnInterrupt(PyMeasureCallback):
-    """Ends the run after a batch measured while Ctrl-C was pending (some callback swallowed the interrupt).
-    Put it first among the measure callbacks: the same Ctrl-C killed the batch's workers, so its failures are
-    the interrupt's, not the candidates', and must not reach the database as failed records."""
-
-    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-        if interrupt_pending():
-            raise KeyboardInterrupt
 
 
 def ignore_sigint() -> None:

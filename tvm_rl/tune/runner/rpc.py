@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from tvm.s_tir import meta_schedule as ms
 
-from ..errors import TvmRlError
-from .interrupt import ignore_sigint
+from ...errors import TvmRlError
+from ...interrupt import ignore_sigint
 
 DEFAULT_PORT = 9190  # `python -m tvm.exec.rpc_tracker`'s default
 

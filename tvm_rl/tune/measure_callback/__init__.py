@@ -1,0 +1,5 @@
+"""MetaSchedule measure callbacks of our own: run after every measured batch, in this order in `tune_workloads`."""
+from .interrupt import StopOnInterrupt
+from .progress import ProgressLine
+
+__all__ = ["ProgressLine", "StopOnInterrupt"]
