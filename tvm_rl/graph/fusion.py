@@ -12,7 +12,7 @@ graph at full size, so this module replays the two passes that decide it on the 
     `AnnotateTIROpPattern` assigns to each operator's legalised PrimFunc (`PATTERNS`, read off the zoo).
 
 Groups made only of reshapes are free: TVM turns a lone reshape kernel into a view (RewriteDataflowReshape).
-`tests/test_graph_fusion.py` checks the predicted kernel count against TVM's lowering on every zoo model.
+`tests/graph/test_graph_fusion.py` checks the predicted kernel count against TVM's lowering on every zoo model.
 """
 from __future__ import annotations
 

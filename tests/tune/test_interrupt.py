@@ -15,7 +15,7 @@ from tvm_rl.errors import TuningInterrupted
 from tvm_rl.interrupt import interrupt_pending, interruptible
 from tvm_rl.tune.measure_callback import StopOnInterrupt
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOPHUB = REPO.parent / "shared" / "tophub"
 # Small PPO rounds (--walks, --evaluations): the default ones take tens of seconds each on two cores.
 TRIALS, PER_ITER = 10, 2  # five batches: a first record written late (failed trials before it) still leaves some

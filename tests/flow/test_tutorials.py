@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPECT = {  # tutorial -> what its output must contain
     "graph_pass.py": ["RL pass", "greedy", "TVM default", "vs greedy"],
     "tuner.py": ["TopHub tasks", "ppo", "evolutionary", "annealing", "fraction of runs at evolutionary's best"],

@@ -14,7 +14,7 @@ from tvm_rl import measure
 from tvm_rl.tune import knobs, tophub
 from tvm_rl.tune.knobs import COMPUTE_LOCATION, TILE, KnobError, KnobSpace
 
-TOPHUB = Path(__file__).resolve().parents[2] / "shared" / "tophub"
+TOPHUB = Path(__file__).resolve().parents[3] / "shared" / "tophub"
 
 
 def small_task(op: str) -> tophub.TophubTask:

@@ -22,7 +22,7 @@ from tvm_rl.tune.tasks import tune_workloads
 from tvm_rl.tune.runner.rpc import RPCError, check_tracker, parse_tracker, rpc_runner, tracker_summary
 
 KEY = "tvm-rl-test"
-TOPHUB = Path(__file__).resolve().parents[2] / "shared" / "tophub"
+TOPHUB = Path(__file__).resolve().parents[3] / "shared" / "tophub"
 
 
 def free_port() -> int:

@@ -6,7 +6,7 @@ import pytest
 
 from tvm_rl.cli import main
 
-TOPHUB = Path(__file__).resolve().parents[2] / "shared" / "tophub"
+TOPHUB = Path(__file__).resolve().parents[3] / "shared" / "tophub"
 
 
 def test_help_lists_the_strategies(capsys):

@@ -9,7 +9,7 @@ from tvm_rl import measure
 from tvm_rl.tune import knobs, tophub
 from tvm_rl.tune.agent import PPOAgent, PPOConfig, knob_tokens, observe
 
-TOPHUB = Path(__file__).resolve().parents[2] / "shared" / "tophub"
+TOPHUB = Path(__file__).resolve().parents[3] / "shared" / "tophub"
 
 
 @pytest.fixture(scope="module")

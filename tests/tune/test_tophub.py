@@ -23,7 +23,7 @@ RECORD = ('{"input": ["cuda -model=v100", "batch_matmul.cuda", [["TENSOR", [1, 4
 @pytest.fixture(scope="module")
 def tophub_logs() -> Path:
     # CI clones the repo to X/main next to X/shared
-    path = Path(__file__).resolve().parents[2] / "shared" / "tophub"
+    path = Path(__file__).resolve().parents[3] / "shared" / "tophub"
     if not path.is_dir():
         pytest.skip(f"no TopHub logs at {path}")
     return path

@@ -10,7 +10,7 @@ from tvm_rl.graph import cost, roofline
 from tvm_rl.graph import testing as T
 from tvm_rl.graph.rules import get_rule
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from graph_search import measure_variants  # noqa: E402
 
 
