@@ -3,10 +3,11 @@
     python -m tvm_rl.graph.train --models bert resnet18 --iterations 30 --work-dir logs/graph_train
 
 Each iteration plays `episodes_per_iteration` episodes (models in turn; in `workers` processes when > 1),
-then runs `epochs` passes of clipped PPO over minibatches of decisions. Everything lands in `work_dir`:
-`checkpoint.pt` (policy + optimiser + history, rewritten atomically each iteration: a killed run resumes
-from it), `policy.pt` (the policy alone, what `RLRewritePass(policy=...)` loads), `train.csv` (one row per
-iteration: return, speedup, losses) and `train.png` (the curve).
+then runs `epochs` passes of clipped PPO (`tvm_rl.rl.ppo`) over minibatches of decisions. Everything lands in
+`work_dir`: `checkpoint.pt` (policy + optimiser + history, rewritten atomically each iteration: a killed run
+resumes from it), `policy.pt` (the policy alone, what `RLRewritePass(policy=...)` loads), `train.csv` (one row
+per iteration: return, speedup, PPO's losses, entropy, approx_kl, clipfrac, explained_variance) and
+`train.png` (the curve).
 """
 from __future__ import annotations
 
@@ -24,8 +25,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import UnknownModelError
+from ..errors import CheckpointError, UnknownModelError
 from ..interrupt import interrupt_pending
+from ..rl.ppo import Evaluate, PPOParams, gae
+from ..rl.ppo import ppo_loss as rl_ppo_loss
+from ..rl.ppo import ppo_update as rl_ppo_update
 from .agent import Decision, GraphActorCritic, PolicyConfig, decision_from_observation
 from .rules import all_rules, with_all_matches
 
@@ -191,25 +195,25 @@ def _worker_play(model: str, config: TrainConfig, state: dict, seed: int) -> Epi
 def advantages(ep: Episode, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
     """GAE(lambda) advantages and returns of one finished episode (the horizon ends it: no bootstrap)."""
     n = len(ep.rewards)
-    adv = np.zeros(n, np.float32)
-    last = 0.0
-    for t in reversed(range(n)):
-        next_value = ep.values[t + 1] if t + 1 < n else 0.0
-        delta = ep.rewards[t] + gamma * next_value - ep.values[t]
-        last = delta + gamma * lam * last
-        adv[t] = last
+    terminals = np.zeros(n)
+    terminals[-1:] = 1.0
+    # In double precision, stored as float32: the precision the episode's values were recorded in.
+    adv = gae(np.asarray(ep.rewards, np.float64), np.asarray(ep.values, np.float64), 0.0, terminals,
+              gamma, lam).astype(np.float32)
     return adv, adv + np.asarray(ep.values, np.float32)
 
 
 @dataclass
 class Batch:
-    """The decisions of some episodes with what PPO needs of each: row taken, its old log-prob, advantage, return."""
+    """The decisions of some episodes with what PPO needs of each: row taken, its old log-prob, advantage, return
+    and the value the critic gave it when the episode was played."""
 
     decisions: list[Decision]
     rows: torch.Tensor
     old_logp: torch.Tensor
     adv: torch.Tensor
     ret: torch.Tensor
+    values: torch.Tensor | None = None
 
     @classmethod
     def of(cls, episodes: Sequence[Episode], gamma: float, lam: float) -> "Batch":
@@ -217,49 +221,43 @@ class Batch:
         return cls([d for ep in episodes for d in ep.decisions], torch.tensor([r for ep in episodes for r in ep.rows]),
                    torch.tensor([p for ep in episodes for p in ep.logps]),
                    torch.from_numpy(np.concatenate([a for a, _ in adv_ret])),
-                   torch.from_numpy(np.concatenate([r for _, r in adv_ret])))
+                   torch.from_numpy(np.concatenate([r for _, r in adv_ret])),
+                   torch.tensor([v for ep in episodes for v in ep.values]))
+
+    def evaluator(self, policy: GraphActorCritic) -> Evaluate:
+        """(log-prob of the row taken, entropy, value) of decisions `idx` under `policy`'s current weights."""
+        def evaluate(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            logp, logp_all, owner, values = policy.chosen_log_probs([self.decisions[i] for i in idx.tolist()],
+                                                                    self.rows[idx])
+            entropy = -torch.zeros(len(idx)).index_add_(0, owner, logp_all.exp() * logp_all)
+            return logp, entropy, values
+        return evaluate
+
+
+def ppo_params(config: TrainConfig) -> PPOParams:
+    """The shared PPO core's settings for graph training: minibatches of `config.minibatch` decisions."""
+    return PPOParams.from_config(config, split="size")
 
 
 def ppo_loss(policy: GraphActorCritic, batch: Batch, idx: torch.Tensor, config: TrainConfig
              ) -> tuple[torch.Tensor, dict[str, float]]:
     """The clipped PPO objective (+ value loss - entropy bonus) on decisions `idx` of `batch`."""
-    logp, logp_all, owner, values = policy.chosen_log_probs([batch.decisions[i] for i in idx.tolist()],
-                                                            batch.rows[idx])
-    ratio = (logp - batch.old_logp[idx]).exp()
-    a = batch.adv[idx]
-    if len(idx) > 1:
-        a = (a - a.mean()) / (a.std() + 1e-8)
-    policy_loss = torch.max(-a * ratio, -a * ratio.clamp(1 - config.clip, 1 + config.clip)).mean()
-    value_loss = 0.5 * ((values - batch.ret[idx]) ** 2).mean()
-    entropy = -torch.zeros(len(idx)).index_add_(0, owner, logp_all.exp() * logp_all).mean()
-    loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
-    with torch.no_grad():
-        kl = ((ratio - 1) - (logp - batch.old_logp[idx])).mean().item()
-    return loss, {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "entropy": entropy.item(),
-                  "approx_kl": kl}
+    logp, entropy, values = batch.evaluator(policy)(idx)
+    return rl_ppo_loss(logp, entropy, values, batch.old_logp[idx], batch.adv[idx], batch.ret[idx],
+                       ppo_params(config))
 
 
 def ppo_update(policy: GraphActorCritic, optimizer: torch.optim.Optimizer, episodes: Sequence[Episode],
                config: TrainConfig, rng: np.random.Generator) -> dict[str, float]:
-    """`epochs` passes of clipped PPO over all decisions of `episodes`; returns mean losses of the last pass."""
+    """`epochs` passes of clipped PPO over all decisions of `episodes`; returns the update's diagnostics
+    (losses, entropy, approx_kl, clipfrac: means over its minibatches; explained_variance of the critic)."""
     batch = Batch.of(episodes, config.gamma, config.gae_lambda)
-    stats: dict[str, list[float]] = {}
-    for epoch in range(config.epochs):
-        order = rng.permutation(len(batch.decisions))
-        for start in range(0, len(order), config.minibatch):
-            loss, parts = ppo_loss(policy, batch, torch.as_tensor(order[start:start + config.minibatch]), config)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
-            optimizer.step()
-            if epoch == config.epochs - 1:
-                for k, v in parts.items():
-                    stats.setdefault(k, []).append(v)
-    return {k: float(np.mean(v)) for k, v in stats.items()}
+    return rl_ppo_update(batch.evaluator(policy), policy.parameters(), optimizer, batch.old_logp, batch.adv,
+                         batch.ret, ppo_params(config), rng, old_values=batch.values).as_dict()
 
 
 CSV_FIELDS = ("iteration", "episodes", "mean_return", "mean_speedup", "best_speedup", "policy_loss",
-              "value_loss", "entropy", "approx_kl", "seconds")
+              "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "seconds")
 
 
 def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
@@ -280,7 +278,7 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
     start, history = 0, []
     ckpt_path = work / "checkpoint.pt"
     if ckpt_path.exists():  # resume where a killed run stopped
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        ckpt = _load_checkpoint(ckpt_path)
         saved = asdict(TrainConfig()) | ckpt["config"]  # settings added since that run take their defaults
         if saved != asdict(config) | {"iterations": saved["iterations"]}:
             raise ValueError(f"{ckpt_path} was written by a run with other settings; use another --work-dir")
@@ -327,19 +325,38 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
             policy.save(work / "policy.pt", **meta)
             tmp = ckpt_path.with_suffix(".tmp")
             torch.save({"config": asdict(config), "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
-                        "iteration": it + 1, "history": history}, tmp)
+                        "iteration": it + 1, "history": _plain_rows(history)}, tmp)
             tmp.replace(ckpt_path)
             _write_csv(work / "train.csv", history)
             if progress:
                 print(f"iter {it + 1}/{config.iterations}: return {row['mean_return']:+.2f}, speedup "
                       f"{row['mean_speedup']:.3f}x (best {row['best_speedup']:.3f}x), policy loss "
-                      f"{row['policy_loss']:+.3f}, value loss {row['value_loss']:.3f}, entropy {row['entropy']:.2f}"
+                      f"{row['policy_loss']:+.3f}, value loss {row['value_loss']:.3f}, entropy {row['entropy']:.2f}, "
+                      f"approx_kl {row['approx_kl']:.4f}, clipfrac {row['clipfrac']:.2f}, explained variance "
+                      f"{row['explained_variance']:.2f}"
                       f" [{row['seconds']:.0f} s]", flush=True)
     finally:
         if pool is not None:
             pool.shutdown()
     plot_training(history, work / "train.png")
     return policy.eval()
+
+
+def _load_checkpoint(path: Path) -> dict:
+    """The training checkpoint at `path`, loaded with weights_only (so loading never runs code from the file);
+    CheckpointError if it cannot be read that way."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 -- torch raises many kinds (UnpicklingError, EOFError, struct.error)
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise CheckpointError(f"training checkpoint {path} cannot be loaded ({type(err).__name__}: {first}); it is "
+                              "corrupt or was written by an older tvm-rl: use another --work-dir") from None
+
+
+def _plain_rows(history: list[dict]) -> list[dict]:
+    """`history` with numpy / torch scalars as Python numbers: a weights_only load accepts only plain values."""
+    return [{k: v.item() if isinstance(v, (np.generic, torch.Tensor)) else v for k, v in row.items()}
+            for row in history]
 
 
 def _write_csv(path: Path, history: list[dict]) -> None:

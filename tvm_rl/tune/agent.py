@@ -8,7 +8,8 @@ per-knob MLP, mean-pooled context, one actor head per knob and one critic on the
 agent serves knob spaces of any size and is reused across tuning rounds and across tasks.
 
 Written after CleanRL's single-file PPO: `PPOConfig` holds every hyperparameter (CHAMELEON's: lr 1e-3,
-3 epochs, clip 0.2), `explore` collects the walks' rollout, `update` is the clipped-objective step.
+3 epochs, clip 0.2), `explore` collects the walks' rollout, `update` is the clipped-objective step (the PPO
+core shared with the graph agent, `tvm_rl.rl.ppo`).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError
+from ..rl.ppo import PPOParams, gae, ppo_update
 from .knobs import CATEGORICAL, COMPUTE_LOCATION, TILE, KnobSpace
 
 TOKEN_FEATURES = 9
@@ -33,7 +35,7 @@ class PPOConfig:
     """Walks and PPO hyperparameters (CHAMELEON: 128 walks, up to 500 steps, lr 1e-3, 3 epochs, clip 0.2).
 
     `max_evaluations` bounds the distinct points the cost model rates per round: each costs a trace replay
-    plus feature extraction (20-50 ms on this CPU), which is what bounds a round's time, not the step count.
+    plus feature extraction (tens of milliseconds on a CPU), which is what bounds a round's time, not the step count.
     """
 
     walks: int = 128
@@ -47,7 +49,8 @@ class PPOConfig:
     gae_lambda: float = 0.95
     entropy_coef: float = 0.01
     value_coef: float = 0.5
-    minibatch: int = 256
+    minibatch: int = 256  # the rollout is cut into max(1, n // minibatch) near-equal minibatches
+    max_grad_norm: float = 0.5
     hidden: int = 64
     invalid_penalty: float = 0.05
     keep_bias: float = 1.5  # initial preference for "keep": without it a step moves two thirds of the knobs
@@ -153,6 +156,7 @@ class PPOAgent:
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self.config.lr, eps=1e-5)
         self.rollout = Rollout()
         self.updates = 0
+        self.history: list[dict[str, float]] = []  # each update's diagnostics (PPOStats), this session's
 
     @torch.no_grad()
     def act(self, tokens: np.ndarray, glob: np.ndarray, rng: np.random.Generator
@@ -226,13 +230,7 @@ class PPOAgent:
         cfg = self.config
         rewards = np.stack([t[5] for t in trajectory])
         values = np.stack([t[4] for t in trajectory])
-        adv = np.zeros_like(rewards)
-        running = np.zeros(rewards.shape[1], dtype=np.float32)
-        for t in reversed(range(len(trajectory))):
-            next_value = last_value if t == len(trajectory) - 1 else values[t + 1]
-            delta = rewards[t] + cfg.gamma * next_value - values[t]
-            running = delta + cfg.gamma * cfg.gae_lambda * running
-            adv[t] = running
+        adv = gae(rewards, values, last_value, None, cfg.gamma, cfg.gae_lambda)
         returns = adv + values
         for t, (tokens, glob, actions, logp, _, _) in enumerate(trajectory):
             self.rollout.tokens.append(tokens)
@@ -244,7 +242,8 @@ class PPOAgent:
             self.rollout.returns.append(returns[t])
 
     def update(self, rng: np.random.Generator) -> dict[str, float]:
-        """PPO's clipped update on the stored rollout (then cleared); returns losses for logs."""
+        """PPO's clipped update on the stored rollout (then cleared); returns its diagnostics (also appended to
+        `history`): policy/value loss, entropy, approx_kl, clipfrac (means over the update), explained_variance."""
         cfg, ro = self.config, self.rollout
         if len(ro) == 0:
             return {}
@@ -265,27 +264,18 @@ class PPOAgent:
         old_logp = torch.from_numpy(np.concatenate(ro.logp)).float()
         adv = torch.from_numpy(np.concatenate(ro.advantages)).float()
         returns = torch.from_numpy(np.concatenate(ro.returns)).float()
-        n = len(adv)
-        stats: dict[str, float] = {}
-        for _ in range(cfg.epochs):
-            for idx in np.array_split(rng.permutation(n), max(1, n // cfg.minibatch)):
-                i = torch.from_numpy(idx)
-                logits, value = self.policy(tokens[i], glob[i], mask[i])
-                logp, entropy = _log_prob(logits, actions[i], mask[i])
-                a = adv[i]
-                a = (a - a.mean()) / (a.std() + 1e-8) if len(a) > 1 else a
-                ratio = torch.exp(logp - old_logp[i])
-                pg_loss = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip, 1 + cfg.clip)).mean()
-                v_loss = 0.5 * ((value - returns[i]) ** 2).mean()
-                loss = pg_loss + cfg.value_coef * v_loss - cfg.entropy_coef * entropy.mean()
-                self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.policy.parameters(), 0.5)
-                self.optimizer.step()
-                stats = {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(),
-                         "entropy": entropy.mean().item()}
+        values = torch.from_numpy(np.concatenate(ro.values)).float()
+
+        def evaluate(i: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            logits, value = self.policy(tokens[i], glob[i], mask[i])
+            logp, entropy = _log_prob(logits, actions[i], mask[i])
+            return logp, entropy, value
+
+        stats = ppo_update(evaluate, self.policy.parameters(), self.optimizer, old_logp, adv, returns,
+                           PPOParams.from_config(cfg, split="even"), rng, old_values=values).as_dict()
         self.rollout = Rollout()
         self.updates += 1
+        self.history.append(stats)
         return stats
 
     def save(self, path: str) -> None:
