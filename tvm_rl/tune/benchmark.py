@@ -29,13 +29,14 @@ from ..measure import device_for, host_cpu_target, parse_target, random_args
 from .agent import PPOConfig
 from .search_strategy.annealing import SimulatedAnnealing
 from .intrin import preload_tensor_intrinsics
+from .cost_model import create as create_cost_model
 from .measure_callback.progress import ProgressLine
 from .search_strategy.ppo import PPOSearch
 from .tasks import prepare_metaschedule_logging, shared_builder
 from .tophub import TophubTask, load_tasks, tophub_dir
 
-# Two of each kind, mid-sized for a 2-core CPU: a 1x1 and a strided 3x3 convolution, two depthwise layers, a
-# tall-skinny and a small batch matmul (all from TVM's TopHub CUDA log).
+# Two of each kind, mid-sized so a small CPU tunes them in minutes: a 1x1 and a strided 3x3 convolution, two
+# depthwise layers, a tall-skinny and a small batch matmul (all from TVM's TopHub CUDA log).
 TASKS = ["conv2d_n1_c256_h28_w28_o256_k1_s1_p0", "conv2d_n1_c256_h7_w7_o512_k3_s2_p1",
          "depthwise_conv2d_n1_c144_h56_w56_o144_k3_s1_p1", "depthwise_conv2d_n1_c24_h112_w112_o24_k3_s2_p1",
          "batch_matmul_b1_m9216_n64_k64", "batch_matmul_b1_m128_n128_k20"]
@@ -86,7 +87,7 @@ def run_one(task: TophubTask, name: str, factory: Callable[[int], ms.SearchStrat
     progress = ProgressLine(f"  [{name} seed {seed}] ", [task.name])
     start = time.perf_counter()
     ms.tune_tir(task.mod(), target, str(work_dir), max_trials_global=trials, num_trials_per_iter=per_iter,
-                strategy=strategy, cost_model=ms.cost_model.XGBModel(num_warmup_samples=0), seed=seed,
+                strategy=strategy, cost_model=create_cost_model("xgb"), seed=seed,
                 builder=shared_builder(), runner="local",
                 measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress])
     wall = time.perf_counter() - start

@@ -29,6 +29,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from ..agent import PPOAgent, PPOConfig
+from ..cost_model import create as create_cost_model
 from ..knobs import KnobError, KnobSpace, to_candidate
 from ..sampling import adaptive_sample
 
@@ -67,7 +68,7 @@ class KnobSearch(PySearchStrategy):
             raise KnobError(f"{self.context.task_name}: no design space could be viewed as knobs")
         # The tuner's cost model is retrained by the default measure callbacks; without one we keep our own.
         self.own_model = cost_model is None
-        self.model = ms.cost_model.XGBModel(num_warmup_samples=0) if cost_model is None else cost_model
+        self.model = create_cost_model("xgb") if cost_model is None else cost_model
         if getattr(self.model, "num_warmup_samples", 0):
             # An XGBModel predicts at random until it has seen this many samples (MetaSchedule: 100, the whole
             # budget of a short run); the walks need its ratings from the first measured batch.
