@@ -1,7 +1,7 @@
 """Reference latencies for every zoo model: TVM default build, TVM with MetaSchedule-tuned kernels, PyTorch
 eager and ONNX Runtime. Every later speedup in tvm-rl is measured against this table.
 
-    python benchmarks/baseline.py                       # full zoo on this CPU (LLVM); hours on 2 cores
+    python benchmarks/baseline.py                       # full zoo on this CPU (LLVM); hours on a small one
     python benchmarks/baseline.py --models resnet18 --size tiny --trials-per-kernel 8
     python benchmarks/baseline.py --target cuda         # the same on a GPU (CUDA build of torch there)
 

@@ -171,16 +171,17 @@ class Runner:
         self.device = device_for(self.target)
         self.vm = relax.VirtualMachine(executable, self.device)
 
-    def _args(self, inputs: Sequence[np.ndarray]) -> list:
+    def device_tensors(self, inputs: Sequence[np.ndarray]) -> list:
+        """`inputs` copied to the runner's device, as the VM's `main` takes them."""
         return [tvm.runtime.tensor(np.ascontiguousarray(x), self.device) for x in inputs]
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return to_numpy(self.vm["main"](*self._args(inputs)))
+        return to_numpy(self.vm["main"](*self.device_tensors(inputs)))
 
     def time(self, inputs: Sequence[np.ndarray], warmup: int = 2, repeat: int = 10,
              min_repeat_ms: int = 0) -> "Timing":
         """Median and spread of `repeat` timed runs after `warmup` untimed ones (device-synchronised)."""
-        args = self._args(inputs)
+        args = self.device_tensors(inputs)
         for _ in range(warmup):
             self.vm["main"](*args)
         self.device.sync()
@@ -226,9 +227,9 @@ def time_interleaved(runners: dict[str, "Runner"], inputs: Sequence[np.ndarray],
     """Time several builds of one model in rounds: each round runs every build once, in turn.
 
     Timed one after another, a burst of load from another process lands on one build and passes for a
-    difference between builds (two builds of the same graph measured 452 and 419 ms that way on a busy
-    2-core machine). In rounds, every build sees the same load, so their ratios hold."""
-    args = {k: r._args(inputs) for k, r in runners.items()}
+    difference between builds (two builds of the same graph can differ by several percent that way on a busy
+    machine). In rounds, every build sees the same load, so their ratios hold."""
+    args = {k: r.device_tensors(inputs) for k, r in runners.items()}
     for key, runner in runners.items():
         for _ in range(warmup):
             runner.vm["main"](*args[key])

@@ -76,6 +76,23 @@ def test_cli_cuda_without_a_gpu_says_so(tmp_path, capsys):
     assert "tvm-rl: error: no cuda device" in err and "RPC" in err
 
 
+def test_cli_prints_a_rule_error_in_one_line(tmp_path, capsys, monkeypatch):
+    """A rule applied where it does not fit raises RuleError, which the CLI reports like any tvm-rl error."""
+    from tvm_rl.graph import command
+    from tvm_rl.graph.rules import Match, RuleError, get_rule
+
+    assert issubclass(RuleError, TvmRlError) and issubclass(RuleError, RuntimeError)
+
+    def rewrite_main(argv):
+        get_rule("dedup").apply(tvm.IRModule(), Match("fold_batchnorm", ("x",)))  # another rule's match
+
+    monkeypatch.setattr(command, "main", rewrite_main)
+    assert cli_main(["rewrite", "--model", "resnet18"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tvm-rl: error: ") and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "match of rule 'fold_batchnorm' given to rule 'dedup'" in err
+
+
 # ---------------------------------------------------------------------------------------- checkpoints
 
 

@@ -13,7 +13,7 @@ from tvm import relax
 
 from tvm_rl.graph import fuzz
 from tvm_rl.graph.rules import all_rules, base, layout, rule_names, simplify
-from tvm_rl.graph.rules.ir import float_tensor, static_shape
+from tvm_rl.graph.rules.ir import float_tensor, ndim_of, permute_axes, static_shape
 
 SEED = 2026
 
@@ -51,8 +51,8 @@ class _WrongOrderPermuteCompose(layout.PermuteCompose):
     def rewrite(self, g, m, edit):
         inner_name, name = m.names
         inner, outer = g.values[inner_name], g.values[name]
-        ndim = layout._ndim(inner.args[0])
-        p1, p2 = layout._axes(inner, ndim), layout._axes(outer, ndim)
+        ndim = ndim_of(inner.args[0])
+        p1, p2 = permute_axes(inner, ndim), permute_axes(outer, ndim)
         edit.set_value(name, relax.op.permute_dims(inner.args[0], [p2[k] for k in p1]))
 
 

@@ -135,6 +135,22 @@ def test_unknown_models_and_modules_are_named_before_training(tmp_path):
         train(TrainConfig(model_modules=("no_such_module",), work_dir=str(tmp_path)), progress=False)
 
 
+def test_a_training_checkpoint_is_loaded_without_running_its_code(tmp_path):
+    """Resuming loads checkpoint.pt with weights_only: one holding objects (here a pickled TrainConfig, which
+    unpickling would construct) is refused with a CheckpointError naming it, before any training."""
+    from tvm_rl.errors import CheckpointError
+    from tvm_rl.graph.train import _plain_rows
+
+    torch.save({"config": TrainConfig(), "iteration": 1}, tmp_path / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match="checkpoint.pt cannot be loaded.*another --work-dir"):
+        train(TrainConfig(models=("squeezenet1_1",), work_dir=str(tmp_path)), progress=False)
+    # What train() writes instead: plain numbers in the history, which a weights_only load accepts.
+    rows = _plain_rows([{"iteration": 1, "loss": np.float64(0.5), "kl": torch.tensor(0.25)}])
+    torch.save({"history": rows}, tmp_path / "plain.pt")
+    assert torch.load(tmp_path / "plain.pt", weights_only=True)["history"] == [{"iteration": 1, "loss": 0.5,
+                                                                                 "kl": 0.25}]
+
+
 def test_training_offers_the_every_match_actions_unless_told_not_to(monkeypatch):
     from tvm_rl.graph import train as train_module
     from tvm_rl.graph.rules import AllMatches

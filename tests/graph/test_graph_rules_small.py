@@ -58,6 +58,37 @@ def test_every_family_has_an_example_graph():
     assert len(rule_names()) >= 20
 
 
+# The shipped policy (tvm_rl/graph/policies/) was trained with candidates enumerated in this order.
+SHIPPED_ACTION_ORDER = [
+    "split_concat_cancel", "activation_into_concat", "activation_out_of_concat", "merge_parallel_matmul",
+    "scalar_mul_motion", "fold_batchnorm", "merge_parallel_conv2d", "enlarge_conv_kernel", "permute_compose",
+    "reshape_compose", "identity_shape_op", "fold_const_transform", "identity_arith", "dedup",
+    "fold_tuple_get_item", "fuse_attention", "conv1x1_to_matmul", "matmul_to_conv1x1", "conv2d_to_nhwc",
+    "permute_past_elementwise", "activation_after_maxpool", "avg_pool_to_conv",
+]
+
+
+def test_the_action_order_is_pinned_and_explicit():
+    from tvm_rl.graph.rules import ACTION_ORDER
+
+    assert [r.name for r in all_rules()] == rule_names() == list(ACTION_ORDER) == SHIPPED_ACTION_ORDER
+
+
+def test_a_rule_without_a_place_in_the_action_order_is_refused(monkeypatch):
+    from tvm_rl.graph.rules import Rule, base, register
+
+    class Unplaced(Rule):
+        name = "not_in_the_action_order"
+
+    with pytest.raises(ValueError, match=r"'not_in_the_action_order'\) has no place in ACTION_ORDER"):
+        register(Unplaced)
+    assert "not_in_the_action_order" not in rule_names()
+    # A listed family that nothing registers is named too, rather than silently shifting the later ones.
+    monkeypatch.delitem(base._REGISTRY, "dedup")
+    with pytest.raises(ValueError, match="ACTION_ORDER lists dedup, but no rule family"):
+        all_rules()
+
+
 @pytest.mark.parametrize("name", list(T.EXAMPLES))
 def test_family_is_exact_at_every_match_of_its_example(name):
     check_family(name, T.EXAMPLES[name]())

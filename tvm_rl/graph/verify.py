@@ -47,7 +47,7 @@ def run_variants(original: tvm.IRModule, variants: Mapping[str, tvm.IRModule],
     funcs = {symbols[k]: relax.utils.copy_with_new_vars(m["main"]).with_attr("global_symbol", symbols[k])
              for k, m in mods.items()}
     runner = measure.Runner(measure.build(tvm.IRModule(funcs), target), target)
-    args = runner._args(inputs)
+    args = runner.device_tensors(inputs)
     return {k: measure.to_numpy(runner.vm[symbols[k]](*args)) for k in mods}
 
 

@@ -9,7 +9,7 @@ def preload_tensor_intrinsics() -> None:
     """Import `tvm.s_tir.tensor_intrin` (which every TuneContext imports) in seconds instead of minutes.
 
     Its ~250 TVMScript intrinsics each call `inspect.stack()`, which reads source context for every frame and,
-    for import-machinery frames with no file, rescans all of sys.modules: 70 s on a quiet 2-core machine. The
+    for import-machinery frames with no file, rescans all of sys.modules: about a minute on a small CPU. The
     parser uses only the frames themselves (the source context matters only for prim_funcs defined inside a
     class, and the intrinsic modules define none), so during this one import `inspect.stack` returns frames
     without source context. A no-op once imported.

@@ -5,10 +5,10 @@
     ...     for match in rule.matches(mod):
     ...         new_mod = rule.apply(mod, match)
 """
-from . import concat, conv, layout, matmul, simplify  # noqa: F401  (registers the families, in this order)
-from . import attention, linear, nhwc, pool  # noqa: F401,E402  (the later families, after these)
-from .base import AllMatches, Match, Rule, all_rules, get_rule, register, rule_names, with_all_matches
+# Importing a family's module registers it; the action order is `base.ACTION_ORDER`, not this import order.
+from . import attention, concat, conv, layout, linear, matmul, nhwc, pool, simplify  # noqa: F401
+from .base import ACTION_ORDER, AllMatches, Match, Rule, all_rules, get_rule, register, rule_names, with_all_matches
 from .ir import Edit, Graph, RuleError
 
-__all__ = ["AllMatches", "Edit", "Graph", "Match", "Rule", "RuleError", "all_rules", "get_rule", "register", "rule_names",
-           "with_all_matches"]
+__all__ = ["ACTION_ORDER", "AllMatches", "Edit", "Graph", "Match", "Rule", "RuleError", "all_rules", "get_rule",
+           "register", "rule_names", "with_all_matches"]

@@ -144,30 +144,55 @@ def with_all_matches(rules: Sequence[Rule]) -> list[Rule]:
     return rules + [AllMatches(r) for r in rules if not isinstance(r, AllMatches) and r.name not in covered]
 
 
+# The action order of the graph search, independent of which module registers a family first. Candidates are
+# enumerated round-robin over the rules in this order (`candidates.interleave`), so it decides which matches a
+# cap keeps and the row each candidate takes in an observation; the shipped policy (tvm_rl/graph/policies/) was
+# trained with exactly this order. `register` refuses a family not listed here, so a new rule's place is a
+# deliberate choice (appending it leaves the existing families' order, and trained policies, as they were).
+ACTION_ORDER: tuple[str, ...] = (
+    "split_concat_cancel", "activation_into_concat", "activation_out_of_concat", "merge_parallel_matmul",
+    "scalar_mul_motion", "fold_batchnorm", "merge_parallel_conv2d", "enlarge_conv_kernel", "permute_compose",
+    "reshape_compose", "identity_shape_op", "fold_const_transform", "identity_arith", "dedup",
+    "fold_tuple_get_item", "fuse_attention", "conv1x1_to_matmul", "matmul_to_conv1x1", "conv2d_to_nhwc",
+    "permute_past_elementwise", "activation_after_maxpool", "avg_pool_to_conv",
+)
+if len(set(ACTION_ORDER)) != len(ACTION_ORDER):
+    raise ValueError(f"ACTION_ORDER lists {sorted({n for n in ACTION_ORDER if ACTION_ORDER.count(n) > 1})} "
+                     "more than once; each rule family takes exactly one place")
+
 _REGISTRY: dict[str, type[Rule]] = {}
 R = TypeVar("R", bound=type[Rule])
 
 
 def register(cls: R) -> R:
-    """Class decorator adding a rule family to the registry (registration order is the action order)."""
+    """Class decorator adding a rule family to the registry; its name must have a place in `ACTION_ORDER`."""
     if not cls.name or cls.name in _REGISTRY:
         raise ValueError(f"rule {cls.__name__} needs a unique name, got {cls.name!r}")
+    if cls.name not in ACTION_ORDER:
+        raise ValueError(f"rule {cls.__name__} ({cls.name!r}) has no place in ACTION_ORDER "
+                         "(tvm_rl/graph/rules/base.py): add its name there; the position is its action index, "
+                         "and appending it keeps trained policies' order unchanged")
     _REGISTRY[cls.name] = cls
     return cls
 
 
+def rule_names() -> list[str]:
+    """Every rule family's name, in `ACTION_ORDER`; ValueError if one listed there was never registered."""
+    missing = [n for n in ACTION_ORDER if n not in _REGISTRY]
+    if missing:
+        raise ValueError(f"ACTION_ORDER lists {', '.join(missing)}, but no rule family of that name is registered "
+                         "(tvm_rl/graph/rules/__init__.py imports every family's module)")
+    return list(ACTION_ORDER)
+
+
 def all_rules() -> list[Rule]:
-    """One instance of every registered rule family, in registration order."""
-    return [cls() for cls in _REGISTRY.values()]
+    """One instance of every registered rule family, in `ACTION_ORDER`."""
+    return [_REGISTRY[name]() for name in rule_names()]
 
 
 def get_rule(name: str) -> Rule:
     try:
         return _REGISTRY[name]()
     except KeyError:
-        raise ValueError(f"unknown rule {name!r}; known: {', '.join(_REGISTRY)}") from None
-
-
-def rule_names() -> list[str]:
-    return list(_REGISTRY)
+        raise ValueError(f"unknown rule {name!r}; known: {', '.join(rule_names())}") from None
 

@@ -16,13 +16,15 @@ import tvm
 from tvm import relax
 from tvm.ir import Call, GenericConst, Op, Tuple, TupleGetItem, Var
 
+from ...errors import TvmRlError
 from .. import keepalive
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
-class RuleError(RuntimeError):
-    """A rule was applied where it does not match, or produced an ill-formed module."""
+class RuleError(TvmRlError, RuntimeError):
+    """A rule was applied where it does not match, or produced an ill-formed module. A TvmRlError, so the
+    command line reports it in one line; a RuntimeError still, as it was before."""
 
 
 # ------------------------------------------------------------------------------------------ expressions
@@ -95,6 +97,19 @@ def out_dtype(attrs) -> str | None:
 
 def ints(values) -> tuple[int, ...]:
     return tuple(int(v) for v in values)
+
+
+def ndim_of(expr) -> int | None:
+    """The rank of `expr`'s tensor type when it is known, else None."""
+    ty = getattr(expr, "ty", None)
+    ndim = getattr(ty, "ndim", -1)
+    return None if ndim is None or ndim < 0 else int(ndim)
+
+
+def permute_axes(call: Call, ndim: int) -> tuple[int, ...]:
+    """The axes of a permute_dims call on a rank-`ndim` tensor, non-negative; unset axes reverse them all."""
+    axes = call.attrs.axes
+    return tuple(range(ndim))[::-1] if axes is None else tuple(a % ndim for a in ints(axes))
 
 
 def with_args(call: Call, args) -> Call:

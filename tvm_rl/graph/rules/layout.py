@@ -9,18 +9,7 @@ from tvm.ir import GenericConst
 
 from .. import keepalive
 from .base import Match, Rule, register
-from .ir import Edit, Graph, const, ints, static_shape, substitute
-
-
-def _axes(call, ndim: int) -> tuple[int, ...]:
-    axes = call.attrs.axes
-    return tuple(range(ndim))[::-1] if axes is None else tuple(a % ndim for a in ints(axes))
-
-
-def _ndim(expr) -> int | None:
-    ty = getattr(expr, "ty", None)
-    ndim = getattr(ty, "ndim", -1)
-    return None if ndim is None or ndim < 0 else int(ndim)
+from .ir import Edit, Graph, const, ndim_of, permute_axes, static_shape, substitute
 
 
 @register
@@ -33,7 +22,7 @@ class PermuteCompose(Rule):
         out = []
         for name, call in g.calls("relax.permute_dims"):
             inner = g.call(call.args[0], "relax.permute_dims")
-            ndim = _ndim(call.args[0])
+            ndim = ndim_of(call.args[0])
             # The inner permute must die with the rewrite, or we only add work.
             if inner is None or ndim is None or g.single_use(call.args[0].name) != name:
                 continue
@@ -43,8 +32,8 @@ class PermuteCompose(Rule):
     def rewrite(self, g: Graph, m: Match, edit: Edit) -> None:
         inner_name, name = m.names
         outer, inner = g.values[name], g.values[inner_name]
-        ndim = _ndim(inner.args[0])
-        p1, p2 = _axes(inner, ndim), _axes(outer, ndim)
+        ndim = ndim_of(inner.args[0])
+        p1, p2 = permute_axes(inner, ndim), permute_axes(outer, ndim)
         axes = [p1[k] for k in p2]
         if axes == list(range(ndim)):
             edit.replace(name, inner.args[0])
@@ -91,8 +80,8 @@ class IdentityShapeOps(Rule):
         for name, call in g.calls("relax.reshape", "relax.broadcast_to", "relax.permute_dims"):
             x = call.args[0]
             if call.op.name == "relax.permute_dims":
-                ndim = _ndim(x)
-                if ndim is None or _axes(call, ndim) != tuple(range(ndim)):
+                ndim = ndim_of(x)
+                if ndim is None or permute_axes(call, ndim) != tuple(range(ndim)):
                     continue
             else:
                 shape = static_shape(getattr(x, "ty", None))

@@ -9,8 +9,7 @@ from tvm import relax
 from .base import Match, Rule, register
 from .concat import ACTIVATIONS
 from .conv import plain_conv
-from .ir import Edit, Graph, const, float_tensor, with_args
-from .layout import _axes, _ndim
+from .ir import Edit, Graph, const, float_tensor, ndim_of, permute_axes, with_args
 
 
 @register
@@ -62,7 +61,7 @@ class PermutePastElementwise(Rule):
                 # The transpose must die with the rewrite; its input must be a float tensor of the same rank.
                 if perm is None or g.single_use(u.name) != name or float_tensor(u) != result:
                     continue
-                if float_tensor(perm.args[0]) is None or _ndim(perm.args[0]) != len(result[0]):
+                if float_tensor(perm.args[0]) is None or ndim_of(perm.args[0]) != len(result[0]):
                     continue
                 if call.op.name in _BINARY:
                     c = g.const(call.args[1 - side])
@@ -79,8 +78,8 @@ class PermutePastElementwise(Rule):
     def rewrite(self, g: Graph, m: Match, edit: Edit) -> None:
         (perm_name, name), (side,) = m.names, m.params
         call, perm = g.values[name], g.values[perm_name]
-        ndim = _ndim(perm.args[0])
-        axes = _axes(perm, ndim)
+        ndim = ndim_of(perm.args[0])
+        axes = permute_axes(perm, ndim)
         args = list(call.args)
         args[side] = perm.args[0]
         if call.op.name in _BINARY:

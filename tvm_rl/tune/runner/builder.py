@@ -1,8 +1,8 @@
 """Builders and runners that keep their worker processes alive across measurement batches.
 
 MetaSchedule's LocalBuilder starts a fresh process pool for every batch, and each new worker imports
-`tvm.s_tir.tensor_intrin` (28-70 s on this 2-core machine) inside the build's 30 s timeout, so on a slow
-machine every candidate times out. Keeping one pool whose initializer pays that import once, untimed, makes
+`tvm.s_tir.tensor_intrin` (up to a minute on a small or busy CPU) inside the build's 30 s timeout, so on a
+slow machine every candidate times out. Keeping one pool whose initializer pays that import once, untimed, makes
 builds cost only the compile itself.
 """
 from __future__ import annotations

@@ -3,9 +3,10 @@
 MetaSchedule's task scheduler ends a task only when its strategy returns None (trial budget reached). For
 kernels with a tiny design space (element-wise ops, small reductions) evolutionary search finds no unmeasured
 candidate long before that, returns an empty batch, and the scheduler picks the task again and again, each
-pick spending a full search (10-30 s on 2 cores) for nothing. Evolutionary search proposes fewer candidates
-than asked only when it cannot find more distinct unmeasured ones, so this wrapper ends the task after such a
-short batch (or an empty one) instead of searching again; what was measured stays in the database.
+pick spending a full search (seconds to tens of seconds on a small CPU) for nothing. Evolutionary search
+proposes fewer candidates than asked only when it cannot find more distinct unmeasured ones, so this wrapper
+ends the task after such a short batch (or an empty one) instead of searching again; what was measured stays
+in the database.
 """
 from __future__ import annotations
 
