@@ -1,4 +1,4 @@
-# The two commands of the README: `make demo` and `make test`. Both build .venv on first use.
+# The README's commands: `make demo`, `make test` and `make lint` (CI runs the last two). Each builds .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -6,9 +6,9 @@ STAMP := $(VENV)/.installed
 # CPU build of torch (on these machines it lies on local disk); GPU users pre-install their own torch.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test test-fast venv clean
+.PHONY: demo test test-fast lint venv clean
 
-$(STAMP): setup.py
+$(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH)
@@ -25,6 +25,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
+
+# ruff (lint + import order) and mypy, configured in pyproject.toml; CI runs it before the tests.
+lint: $(STAMP)
+	$(PY) -m ruff check tvm_rl tests benchmarks tutorials
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) build *.egg-info
