@@ -5,8 +5,8 @@ writes logs/graph_cost_<target>_<size>.json. Columns: the measured end-to-end me
 per-kernel sum, and the roofline proxy over lowered kernels and over Relax bindings, first with the nominal
 hardware figures (`roofline.default_hardware`), then calibrated leave-one-model-out: the roofline for model M is
 fitted on the measured kernels of the *other* models only, one roofline for all kernels (`roofline.calibrate`) and
-one per kernel kind (`roofline.calibrate_by_kind`: conv, matmul, pool, reduce, element-wise). Kernels are untuned unless a
-MetaSchedule work dir is given (on CPU untuned kernels are naive loops: see DESIGN.md).
+one per kernel kind (`roofline.calibrate_by_kind`: conv, matmul, pool, reduce, element-wise). Kernels are untuned unless
+a MetaSchedule work dir is given (on CPU untuned kernels are naive loops: see DESIGN.md).
 """
 import argparse
 import json
@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tvm_rl import measure, models  # noqa: E402
+from tvm_rl.database import as_database  # noqa: E402
 from tvm_rl.graph import cost, profiles, roofline  # noqa: E402
 
 
@@ -29,10 +30,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
     target = measure.parse_target(args.target)
-    database = None
-    if args.database:
-        from tvm_rl.tune import open_database
-        database = open_database(args.database)
+    database = as_database(args.database or None)
     cache = cost.KernelCostCache(target, database)
     nominal = roofline.default_hardware(target)
     rows, kernels, mods = {}, {}, {}

@@ -17,8 +17,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from graph_search import (add_tuning_args, check_tuning_args, confirmed, measure_variants,  # noqa: E402
-                          open_database_arg, plot_speedups, print_table, proxy_hardware, tuner, variant_measure)
+from graph_search import (  # noqa: E402
+    add_tuning_args,
+    check_tuning_args,
+    confirmed,
+    measure_variants,
+    open_database_arg,
+    plot_speedups,
+    print_table,
+    proxy_hardware,
+    tuner,
+    variant_measure,
+)
 
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.graph import cost, search  # noqa: E402
@@ -51,7 +61,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=10, help="backtracking expansions")
     ap.add_argument("--alpha", type=float, default=1.05)
     ap.add_argument("--cap", type=int, default=64, help="candidates per step (searches and the policy)")
-    ap.add_argument("--steps", type=int, default=50, help="RL pass: steps per episode (the time budget usually ends it first)")
+    ap.add_argument("--steps", type=int, default=50,
+                    help="RL pass: steps per episode (the time budget usually ends it first)")
     ap.add_argument("--episodes", type=int, default=4, help="RL pass: episodes (first greedy, rest sampled)")
     ap.add_argument("--time-budget", type=float, default=10.0, help="RL pass: search seconds per model")
     ap.add_argument("--no-all-matches", action="store_true", help="RL pass: one match per step only (no "
@@ -123,7 +134,8 @@ def main() -> None:
                                    "proxy": hardware.as_dict(),
                                    "measured": not args.no_measure, "greedy_steps": args.greedy_steps,
                                    "database": cost.database_tag(database), "tune_trials": args.tune_trials,
-                                   "confirmed": not (args.no_measure or args.no_confirm), "policy": args.policy or "shipped",
+                                   "confirmed": not (args.no_measure or args.no_confirm),
+                                   "policy": args.policy or "shipped",
                                    "policy_meta": policy.meta, "budget": args.budget, "alpha": args.alpha,
                                    "cap": args.cap, "steps": args.steps, "episodes": args.episodes,
                                    "time_budget_s": args.time_budget,
@@ -138,7 +150,8 @@ def main() -> None:
         return "shapes" if name in trained else "unseen"
 
     for kind, title in (("seen", "models the policy was trained on"),
-                        ("shapes", f"models the policy was trained on at {policy.meta.get('size')} size: unseen shapes"),
+                        ("shapes",
+                         f"models the policy was trained on at {policy.meta.get('size')} size: unseen shapes"),
                         ("unseen", "models left out of training")):
         part = {n: r for n, r in table.items() if group(n) == kind}
         if part:

@@ -22,18 +22,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tvm  # noqa: E402
 
-from tvm_rl import measure, models  # noqa: E402
-from tvm_rl import tuned_cost  # noqa: E402
+from tvm_rl import measure, models, tuned_cost  # noqa: E402
+from tvm_rl.database import DatabaseLike, as_database  # noqa: E402
 from tvm_rl.graph import cost, roofline, search  # noqa: E402
 from tvm_rl.graph.fingerprint import same_graph  # noqa: E402
 
-def open_database_arg(work_dir: str | None):
-    """The MetaSchedule database of --database, or None (untuned kernels)."""
-    if not work_dir:
-        return None
-    from tvm_rl.tune import open_database
 
-    return open_database(work_dir)
+def open_database_arg(work_dir: str | None) -> "tvm.s_tir.meta_schedule.Database | None":
+    """The MetaSchedule database of --database, or None (untuned kernels)."""
+    return as_database(work_dir or None)
 
 
 def proxy_hardware(target, work_dir: str | None) -> roofline.Roofline:
@@ -85,7 +82,7 @@ def confirmed(r: search.SearchResult, original: tvm.IRModule, measure_pair, enab
     return r.mod, r.seconds, r.applied, note
 
 
-def measure_variants(model, variants: dict, target, database, repeat: int, fn,
+def measure_variants(model, variants: dict, target, database: DatabaseLike, repeat: int, fn,
                      tune=None) -> dict[str, dict]:
     """Build every variant with the same kernel schedules, check it against the first one's outputs, and time
     them all in interleaved rounds (`measure.time_interleaved`).

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tvm_rl import models  # noqa: E402
 from tvm_rl.graph.candidates import enumerate_candidates  # noqa: E402
-from tvm_rl.graph.view import graph_of  # noqa: E402
 from tvm_rl.graph.rules import all_rules  # noqa: E402
+from tvm_rl.graph.view import graph_of  # noqa: E402
 
 
 def match_counts(mod, rules) -> dict[str, int]:

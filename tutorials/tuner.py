@@ -27,7 +27,8 @@ from tvm_rl.tune.tophub import load_tasks, tophub_dir
 
 ap = argparse.ArgumentParser(description="Tutorial (b): tuning TopHub kernels with PPOSearch")
 ap.add_argument("--quick", action="store_true", help="one small task, 8 trials, one seed (~2 min)")
-ap.add_argument("--out", default="logs/tutorial_tuner", help="where the demo database, plots (and the quick run's JSON) go")
+ap.add_argument("--out", default="logs/tutorial_tuner",
+                help="where the demo database, plots (and the quick run's JSON) go")
 args = ap.parse_args()
 out = Path(args.out)
 out.mkdir(parents=True, exist_ok=True)

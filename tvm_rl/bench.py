@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from . import measure, models
+from .database import DatabaseLike
 from .tune import tune_model
 
 ORDER = ["resnet18", "squeezenet1_1", "mobilenet_v2", "bert", "vit", "dalle", "transducer", "resnet50",
@@ -40,7 +41,7 @@ def repeats_for(seconds_per_run: float, budget_s: float, lo: int = 3, hi: int = 
     return int(min(hi, max(lo, budget_s // max(seconds_per_run, 1e-6))))
 
 
-def time_tvm(mod, target, inputs, reference, database=None, budget_s: float = 20.0) -> dict:
+def time_tvm(mod, target, inputs, reference, database: DatabaseLike = None, budget_s: float = 20.0) -> dict:
     start = time.perf_counter()
     executable = measure.build(mod, target, database=database)
     build_s = time.perf_counter() - start

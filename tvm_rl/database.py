@@ -1,4 +1,5 @@
-"""Checks on a MetaSchedule JSON database folder before TVM reads it, so a bad one is named line by line.
+"""The MetaSchedule JSON tuning-database folder: its one owner (`TuningDatabase`), and the checks run on it
+before TVM reads it, so a bad one is named line by line.
 
 TVM's own reader stops on the first bad line with a C++ check message ("Cannot tokenize", "json_array->size()
 == 2") that names neither the file nor the line. Here every line is checked in Python first:
@@ -11,22 +12,32 @@ A run killed while appending (SIGKILL, power loss) can leave a last line cut sho
 append would then be glued onto it and corrupt the file for good. Such a last line is the one thing repaired:
 it is moved to `<file>.partial` (a warning says so) and the database opens without it. Anything else that is
 wrong raises DatabaseError naming the file, the line and what to do.
+
+`TuningDatabase` owns such a folder: its file names, its validated opening, its records and what tvm-rl keeps
+beside them. Functions that take a `database` accept any `DatabaseLike` and go through `as_database` (to build
+or tune with) or `TuningDatabase.of` (to read the folder).
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Union
 
-from tvm.s_tir import meta_schedule as ms
+from .errors import DatabaseError, DatabaseTypeError
 
-from .errors import DatabaseError
+if TYPE_CHECKING:
+    from tvm.s_tir import meta_schedule as ms
 
 logger = logging.getLogger(__name__)
 
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
+EXHAUSTED = "exhausted.json"  # workloads whose design space ran out, with their record counts then
+FAILURES = "failures.jsonl"  # why candidates failed (`tune.runner.FailureLog`); the records keep only 1e10 s
 
 
 def check_database_dir(work_dir: str | Path) -> None:
@@ -130,16 +141,178 @@ def _check_record(entry, n_workloads: int) -> str | None:
     return None
 
 
-def open_database(work_dir: str | Path) -> ms.database.JSONDatabase:
+def open_database(work_dir: str | os.PathLike) -> ms.database.JSONDatabase:
     """The JSON tuning database in `work_dir` (created if absent); DatabaseError naming the file and line if
     its files are corrupt or foreign (see `check_database_dir`)."""
-    work_dir = Path(work_dir)
-    check_database_dir(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    workloads, records = work_dir / "database_workload.json", work_dir / "database_tuning_record.json"
-    try:
-        return ms.database.JSONDatabase(str(workloads), str(records), allow_missing=True)
-    except Exception as err:
-        last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-        raise DatabaseError(f"tuning database in {work_dir} is unreadable ({last}); move {workloads.name} and "
-                            f"{records.name} aside to start a fresh one") from err
+    return TuningDatabase(work_dir).open()
+
+
+def _meta_schedule():
+    # Imported on first use: `tvm-rl report` counts database lines without loading TVM.
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms
+
+
+def _count_lines(path: Path) -> int:
+    return sum(1 for _ in open(path, "rb")) if path.is_file() else 0
+
+
+class TuningDatabase:
+    """A MetaSchedule JSON tuning database folder: where its files are, its validated opening, its records,
+    and the files tvm-rl keeps beside them. The one place the folder's layout is spelled out.
+
+    Build one from a folder (`TuningDatabase(path)`), or from anything a `database` argument takes with
+    `TuningDatabase.of`. Opening is done once per instance; an owner made from an open JSONDatabase keeps
+    that database (and its file paths) rather than reading the files again.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        if not str(path):
+            # Path("") is the current folder: an unset option must not silently read a database from there.
+            raise DatabaseError("an empty path names no tuning database folder; give a folder, or None for "
+                                "untuned kernels")
+        self.path = Path(path)
+        self._workloads = self.path / WORKLOADS
+        self._records = self.path / RECORDS
+        self._opened: ms.Database | None = None
+
+    @classmethod
+    def of(cls, database: DatabaseLike) -> TuningDatabase | None:
+        """The folder behind `database`: None for None and for a MetaSchedule database with no files (in
+        memory); DatabaseTypeError for anything that is not a `DatabaseLike`."""
+        if database is None or isinstance(database, TuningDatabase):
+            return database
+        if isinstance(database, (str, os.PathLike)):
+            return cls(database)
+        ms = _meta_schedule()
+        if isinstance(database, ms.database.JSONDatabase):
+            records = Path(str(database.path_tuning_record))
+            owner = cls(records.parent)
+            # Its files may be named otherwise (JSONDatabase takes any two paths): keep them as they are.
+            owner._workloads, owner._records = Path(str(database.path_workload)), records
+            owner._opened = database
+            return owner
+        if isinstance(database, ms.Database):
+            return None
+        raise DatabaseTypeError(_type_message(database))
+
+    @property
+    def workloads_path(self) -> Path:
+        """`database_workload.json`: one [structural hash, base64 module] per line."""
+        return self._workloads
+
+    @property
+    def records_path(self) -> Path:
+        """`database_tuning_record.json`: one tuning record per line, appended in measurement order."""
+        return self._records
+
+    @property
+    def exhausted_path(self) -> Path:
+        """`exhausted.json`: {structural hash: record count} of workloads whose design space ran out."""
+        return self.path / EXHAUSTED
+
+    @property
+    def failures_path(self) -> Path:
+        """`failures.jsonl`: why failed candidates failed, one JSON line each."""
+        return self.path / FAILURES
+
+    @property
+    def tag(self) -> str:
+        """What names this database in cache keys (`graph.cost.database_tag`): its records file, absolute.
+        Measured kernel caches on disk are keyed by it, so its form must not change."""
+        return f"json:{os.path.abspath(self.records_path)}"
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"TuningDatabase({str(self.path)!r})"
+
+    def is_empty(self) -> bool:
+        """True when the folder holds no tuning record (no records file, or an empty one)."""
+        return not self.records_path.is_file() or self.records_path.stat().st_size == 0
+
+    def check(self) -> None:
+        """DatabaseError naming the file and line unless the folder is a readable database (or none yet)."""
+        check_database_dir(self.path)
+
+    def open(self) -> ms.database.JSONDatabase:
+        """The MetaSchedule database (created if absent), checked first (`check_database_dir`), opened once."""
+        if self._opened is None:
+            self.check()
+            self.path.mkdir(parents=True, exist_ok=True)
+            try:
+                self._opened = _meta_schedule().database.JSONDatabase(
+                    str(self.workloads_path), str(self.records_path), allow_missing=True)
+            except Exception as err:
+                last = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+                raise DatabaseError(f"tuning database in {self.path} is unreadable ({last}); move "
+                                    f"{self.workloads_path.name} and {self.records_path.name} aside to start a "
+                                    "fresh one") from err
+        return self._opened
+
+    def records(self) -> Iterator[ms.database.TuningRecord]:
+        """Every tuning record, as TVM reads them (opening the database if need be)."""
+        return iter(self.open().get_all_tuning_records())
+
+    def run_seconds(self) -> Iterator[list[float] | None]:
+        """Each record's measured run seconds, in the order they were measured (TVM's reader returns them
+        sorted by latency instead); None or [] for a record without. Nothing when there is no database."""
+        if not self.records_path.is_file():
+            return
+        self.check()
+        with open(self.records_path, "rb") as f:
+            for line in f:
+                yield json.loads(line)[1][1]
+
+    def workload_count(self) -> int:
+        """Lines in the workloads file, unchecked (cheap: for summaries)."""
+        return _count_lines(self.workloads_path)
+
+    def record_count(self) -> int:
+        """Lines in the records file, unchecked (cheap: for summaries and messages)."""
+        return _count_lines(self.records_path)
+
+    def failure_count(self) -> int:
+        """Failed candidates logged in `failures.jsonl`."""
+        return _count_lines(self.failures_path)
+
+    def read_exhausted(self) -> dict[str, int]:
+        """{structural hash: records it had when its search ran out of new candidates}."""
+        path = self.exhausted_path
+        try:
+            data = json.loads(path.read_text()) if path.is_file() else {}
+        except ValueError:
+            return {}  # a file cut short by a killed run: at worst those kernels are searched once more
+        return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def write_exhausted(self, exhausted: dict[str, int]) -> None:
+        """Replace `exhausted.json` in one step, so a killed run leaves the old file rather than half a new one."""
+        tmp = self.exhausted_path.with_name(EXHAUSTED + ".tmp")
+        tmp.write_text(json.dumps(exhausted, indent=0))
+        tmp.replace(self.exhausted_path)
+
+    @classmethod
+    def find_under(cls, root: str | os.PathLike) -> list[TuningDatabase]:
+        """Every database folder under `root` (itself included), in the order of their workloads files' paths."""
+        return [cls(path.parent) for path in sorted(Path(root).rglob(WORKLOADS))]
+
+
+# What a `database` argument takes: a folder (path or TuningDatabase), an open MetaSchedule database, or None
+# (untuned kernels). Strings name the TVM types so that this module loads without TVM.
+DatabaseLike = Union[TuningDatabase, str, "os.PathLike[str]", "ms.Database", None]
+
+
+def as_database(database: DatabaseLike) -> ms.Database | None:
+    """`database` as a MetaSchedule database to build or tune with: a folder is opened (and checked), an open
+    database is returned as it is, None stays None; DatabaseTypeError for anything else."""
+    if database is None:
+        return None
+    owner = TuningDatabase.of(database)
+    return database if owner is None else owner.open()
+
+
+def _type_message(database: object) -> str:
+    return (f"a tuning database is a folder (str, path or TuningDatabase), a MetaSchedule database or None, "
+            f"not {type(database).__name__}")

@@ -29,8 +29,16 @@ class DatabaseError(TvmRlError):
     """A tuning database folder that cannot be used (corrupt lines, foreign files, a file in its place)."""
 
 
+class DatabaseTypeError(DatabaseError, TypeError):
+    """Something given as a tuning database that is none of the kinds accepted (`tvm_rl.database.DatabaseLike`)."""
+
+
 class CheckpointError(TvmRlError):
     """A saved policy that cannot be loaded (missing, truncated, corrupt, or written by something else)."""
+
+
+class FeatureMismatchError(CheckpointError):
+    """A graph policy asked to read other features than it was trained on (another roofline or target kind)."""
 
 
 class TuningInterrupted(KeyboardInterrupt):

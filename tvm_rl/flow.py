@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-
 import tvm
 
 from . import measure, models
@@ -59,7 +58,7 @@ class Optimized:
     mod: tvm.IRModule
     executable: object
     target: tvm.target.Target
-    database: object
+    database: tvm.s_tir.meta_schedule.Database | None  # None when the untuned build was kept
     inputs: list[np.ndarray]
     report: OptimizeReport
 

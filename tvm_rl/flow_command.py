@@ -9,7 +9,8 @@ def _shape(text: str) -> tuple[str, list[int]]:
     try:
         return name, [int(d) for d in dims.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--shape wants NAME=D1,D2,... (e.g. input=1,3,224,224), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--shape wants NAME=D1,D2,... (e.g. input=1,3,224,224), got {text!r}") from None
 
 
 def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:

@@ -9,8 +9,8 @@ arrived, so whatever exception it turned into becomes TuningInterrupted.
 
 A Python callback that catches Exception around a call into TVM (the knob decoder replaying a trace, for
 one) can swallow the interrupt, since TVM hands it back as a RuntimeError. So the signal also leaves a flag:
-such callbacks re-raise while it is set (`interrupt_pending`), and `tune.measure_callback.StopOnInterrupt`, the first measure
-callback of every batch, stops the run there at the latest.
+such callbacks re-raise while it is set (`interrupt_pending`), and `tune.measure_callback.StopOnInterrupt`, the first
+measure callback of every batch, stops the run there at the latest.
 
 Worker processes (builders, runners) are left to die of the same Ctrl-C: the tuning process waits on them in
 Python, so it is interrupted before it could record a candidate whose worker died as failed; and a worker

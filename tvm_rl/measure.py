@@ -13,12 +13,11 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-
 import tvm
 import tvm_ffi
-from tvm import tirx
-from tvm import relax
+from tvm import relax, tirx
 
+from .database import DatabaseLike, as_database
 from .errors import BuildError, MismatchError, TargetError
 
 # ---------------------------------------------------------------------------------------------- targets
@@ -89,11 +88,12 @@ def _backend(target: tvm.target.Target):
     return importlib.import_module(f"tvm.relax.backend.{name}.pipeline")
 
 
-def kernel_stage(mod: tvm.IRModule, target: tvm.target.Target, database=None) -> tvm.IRModule:
+def kernel_stage(mod: tvm.IRModule, target: tvm.target.Target, database: DatabaseLike = None) -> tvm.IRModule:
     """The module after the standard pipeline's dispatch, legalisation and fusion: one PrimFunc per kernel.
 
-    With a MetaSchedule `database`, tuned schedules replace the kernels it has records for. On GPU targets
-    dlight then schedules the rest (TVM's default); on CPU untuned kernels stay the naive loops TVM emits.
+    With a MetaSchedule `database` (or a folder, opened by `as_database`), tuned schedules replace the kernels
+    it has records for. On GPU targets dlight then schedules the rest (TVM's default); on CPU untuned kernels
+    stay the naive loops TVM emits.
     """
     passes = [
         *_backend(target).library_dispatch_passes(target),
@@ -103,6 +103,7 @@ def kernel_stage(mod: tvm.IRModule, target: tvm.target.Target, database=None) ->
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
     ]
+    database = as_database(database)
     with target, tvm.transform.PassContext(opt_level=3):
         mod = tvm.transform.Sequential(passes)(mod)
         if database is not None:
@@ -140,9 +141,10 @@ def _dlight(mod: tvm.IRModule) -> tvm.IRModule:
     return out
 
 
-def build(mod: tvm.IRModule, target: tvm.target.Target | str, database=None):
+def build(mod: tvm.IRModule, target: tvm.target.Target | str, database: DatabaseLike = None):
     """Compile a Relax module with the standard pipeline (optionally with tuned kernels) to a VM executable."""
     target = parse_target(target)
+    database = as_database(database)  # a bad database is a DatabaseError, not a failed build
     try:
         kernels = kernel_stage(mod, target, database)
         finish = tvm.transform.Sequential(
@@ -362,7 +364,7 @@ def random_args(func: tirx.PrimFunc, device: tvm.runtime.Device, rng: np.random.
     return args
 
 
-def time_kernels(mod: tvm.IRModule, target: tvm.target.Target | str, database=None, repeat: int = 10,
+def time_kernels(mod: tvm.IRModule, target: tvm.target.Target | str, database: DatabaseLike = None, repeat: int = 10,
                  seed: int = 0) -> list[KernelTiming]:
     """Build and time every kernel of `mod` alone on random inputs (the cost the graph search adds up)."""
     target = parse_target(target)

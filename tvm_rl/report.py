@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .database import TuningDatabase
 from .errors import TvmRlError
 
 
@@ -68,14 +69,9 @@ MAX_ROWS = 20  # a benchmark's work dir holds one database per run: list the fir
 def databases_section(work_dir: Path) -> str:
     """Every MetaSchedule database under the work dir: kernels, measured records, failures."""
     rows = []
-    for workloads in sorted(work_dir.rglob("database_workload.json")):
-        db = workloads.parent
-        records = db / "database_tuning_record.json"
-        n_records = sum(1 for _ in open(records, "rb")) if records.is_file() else 0
-        n_workloads = sum(1 for _ in open(workloads, "rb"))
-        failures = db / "failures.jsonl"
-        n_failed = sum(1 for _ in open(failures, "rb")) if failures.is_file() else 0
-        rows.append((str(db.relative_to(work_dir)) or ".", n_workloads, n_records, n_failed))
+    for db in TuningDatabase.find_under(work_dir):
+        rows.append((str(db.path.relative_to(work_dir)) or ".", db.workload_count(), db.record_count(),
+                     db.failure_count()))
     if not rows:
         return ""
     more = len(rows) - MAX_ROWS
@@ -96,7 +92,8 @@ def training_section(work_dir: Path) -> str:
         last = history[-1]
         plot = path.with_name("train.png")
         rows.append((str(path.parent.relative_to(work_dir)), len(history), _num(last.get("mean_return")),
-                     _num(last.get("mean_speedup")), f"![curve]({plot.relative_to(work_dir)})" if plot.is_file() else "-"))
+                     _num(last.get("mean_speedup")),
+                     f"![curve]({plot.relative_to(work_dir)})" if plot.is_file() else "-"))
     if not rows:
         return ""
     return "## Graph policy training (`tvm-rl train`)\n\n" + _table(

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-
 import tvm
 
 from .graph.cost import CostFn, Memo, PairMeasure, end_to_end_ms, pair_measure
@@ -32,7 +31,8 @@ def tuned_end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.n
     return Memo(lambda mod: end_to_end_ms(mod, target, inputs, tune(mod), repeat).median_ms)
 
 
-def _tuner(target, work_dir: str | Path, trials_per_kernel: int, **tune_options) -> Callable[[tvm.IRModule], object]:
+def _tuner(target, work_dir: str | Path, trials_per_kernel: int,
+           **tune_options) -> Callable[[tvm.IRModule], tvm.s_tir.meta_schedule.Database]:
     """mod -> the database of `work_dir` after tuning mod's kernels there (`tune.tune_model`)."""
     from .tune import tune_model
 

@@ -2,7 +2,6 @@
 The cases of docs/reliability.md; the unsupported ONNX operator, dynamic ONNX input, unknown target and
 missing GPU cases are tested in test_import.py and test_measure.py."""
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_rl import measure, models
 from tvm_rl.cli import main as cli_main
-from tvm_rl.errors import CheckpointError, DatabaseError, ModelImportError, TargetError, TvmRlError
+from tvm_rl.errors import CheckpointError, DatabaseError, ModelImportError, TvmRlError
 from tvm_rl.tune import open_database
 from tvm_rl.tune.agent import PPOAgent, PPOConfig
 

@@ -4,7 +4,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 import tvm
 from tvm import relax
 
@@ -12,13 +11,29 @@ from tvm_rl import models
 from tvm_rl.graph import cost as costs
 from tvm_rl.graph import profiles, roofline
 from tvm_rl.graph import testing as T
-from tvm_rl.graph.agent import (DEFAULT_POLICY, Decision, GraphActorCritic, PolicyConfig, PolicyError,
-                                decision_from_observation)
+from tvm_rl.graph.agent import (
+    DEFAULT_POLICY,
+    Decision,
+    GraphActorCritic,
+    PolicyConfig,
+    PolicyError,
+    decision_from_observation,
+)
 from tvm_rl.graph.env import GraphRewriteEnv
 from tvm_rl.graph.fingerprint import same_graph
 from tvm_rl.graph.rewrite_pass import RLRewritePass
-from tvm_rl.graph.train import (Batch, TrainConfig, demonstrations, greedy_row, imitate, make_env, play, ppo_loss,
-                                 ppo_update, train)
+from tvm_rl.graph.train import (
+    Batch,
+    TrainConfig,
+    demonstrations,
+    greedy_row,
+    imitate,
+    make_env,
+    play,
+    ppo_loss,
+    ppo_update,
+    train,
+)
 from tvm_rl.graph.verify import compare_variants
 
 

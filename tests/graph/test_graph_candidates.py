@@ -3,13 +3,11 @@ import time
 
 import pytest
 import tvm_ffi
-
-from tvm_rl.graph.fingerprint import module_key
-
 from tvm import relax
 
 from tvm_rl.graph import testing as T
 from tvm_rl.graph.candidates import Shortlist, enumerate_candidates, interleave
+from tvm_rl.graph.fingerprint import module_key
 from tvm_rl.graph.rules import Rule, RuleError, all_rules, get_rule
 
 R = relax.op
@@ -118,8 +116,8 @@ def test_a_failing_rule_raises_or_is_recorded():
 
 def test_shortlist_keeps_the_cheapest_and_later_builds_only_what_it_keeps(monkeypatch):
     from tvm_rl import models
-    from tvm_rl.graph import cost, roofline
     from tvm_rl.graph import candidates as C
+    from tvm_rl.graph import cost, roofline
     from tvm_rl.graph.fingerprint import same_graph
 
     mod = models.load("squeezenet1_1", "tiny").mod

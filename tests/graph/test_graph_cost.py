@@ -3,9 +3,9 @@ import json
 
 import numpy as np
 import pytest
-
 from tvm import relax
 
+from tvm_rl.errors import DatabaseTypeError
 from tvm_rl.graph import cost, profiles, roofline
 from tvm_rl.graph import testing as T
 
@@ -77,8 +77,12 @@ def test_kernels_get_their_kinds_roofline():
 
 
 def test_database_tag_names_untuned_and_rejects_unknown_databases():
+    from tvm.s_tir import meta_schedule as ms
+
     assert cost.database_tag(None) == "untuned"
-    with pytest.raises(ValueError, match="database_tag"):
+    with pytest.raises(ValueError, match="database_tag"):  # no files to name it by
+        cost.database_tag(ms.database.MemoryDatabase())
+    with pytest.raises(DatabaseTypeError, match="not object"):
         cost.database_tag(object())
 
 

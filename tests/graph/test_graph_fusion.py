@@ -4,7 +4,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
 from tvm import relax
 
 from tvm_rl import measure, models

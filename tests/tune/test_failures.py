@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import tvm
 from tvm import te, tirx
-from tvm.support.tar import tar
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import RunnerInput
+from tvm.support.tar import tar
 
-from tvm_rl.tune.runner.failures import CheckedRunner, FailureLog, classify, summarize_error
+from tvm_rl.tune.runner.failures import CheckedRunner, classify, summarize_error
 
 N = 32
 
@@ -126,10 +126,9 @@ class FaultyBuilder(PyBuilder):
 
 @pytest.mark.slow
 def test_tuning_records_failures_with_reasons_and_goes_on(cpu, tmp_path):
-    from tvm_rl.tune.tasks import tune_workloads
     from tvm_rl.tune.agent import PPOConfig
     from tvm_rl.tune.search_strategy.ppo import PPOSearch
-    from tvm_rl.tune.tasks import shared_builder
+    from tvm_rl.tune.tasks import shared_builder, tune_workloads
 
     strategy = PPOSearch(config=PPOConfig(walks=8, max_evaluations=16), seed=0)
     db, report = tune_workloads([("matmul", kernel(), 1.0)], cpu, tmp_path, trials_per_kernel=10,

@@ -13,13 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-import tvm
-
 from kernels import matmul
+
 from tvm_rl.cli import main
 from tvm_rl.tune import open_database
-from tvm_rl.tune.tasks import tune_workloads
 from tvm_rl.tune.runner.rpc import RPCError, check_tracker, parse_tracker, rpc_runner, tracker_summary
+from tvm_rl.tune.tasks import tune_workloads
 
 KEY = "tvm-rl-test"
 TOPHUB = Path(__file__).resolve().parents[3] / "shared" / "tophub"

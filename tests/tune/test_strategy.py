@@ -5,15 +5,13 @@ random first batch), and a real `tune_tir` run that records every trial and resu
 Whether guided rounds beat the first batch on real hardware is a benchmark question (benchmarks/tuner.py, over
 seeds): on a 128^3 matmul a random batch of 8 often holds a schedule within noise of the best."""
 import json
-import math
 
 import numpy as np
 import pytest
-import tvm
 import tvm_ffi
+from kernels import matmul
 from tvm.s_tir import meta_schedule as ms
 
-from kernels import matmul
 from tvm_rl.tune import knobs
 from tvm_rl.tune.agent import PPOAgent, PPOConfig
 from tvm_rl.tune.search_strategy.annealing import SimulatedAnnealing

@@ -14,8 +14,10 @@ import torch
 from torch import nn
 
 from ..errors import CheckpointError
-from .env import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, GraphTensors
 from .gnn import GraphEncoder, batch_graphs
+
+# Decision and decision_from_observation are imported from here too.
+from .observation import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, Decision, FeatureSpec, decision_from_observation  # noqa: F401
 
 FORMAT = "tvm-rl graph policy"
 VERSION = 1
@@ -24,29 +26,6 @@ DEFAULT_POLICY = Path(__file__).parent / "policies" / "default.pt"
 
 class PolicyError(CheckpointError):
     """A graph policy checkpoint that cannot be used (missing, corrupt, foreign, or for other features)."""
-
-
-@dataclass
-class Decision:
-    """One state: candidate graphs then the current graph (last row, the "stop" action), their global
-    features, and for each row the environment action it stands for."""
-
-    graphs: list[GraphTensors]
-    globals: np.ndarray
-    actions: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.graphs)
-
-
-def decision_from_observation(obs: dict) -> Decision:
-    """The valid slots of a `GraphRewriteEnv` observation, stop (the last slot) last."""
-    mask = np.asarray(obs["action_mask"]).astype(bool)
-    stop = len(mask) - 1
-    slots = [int(s) for s in np.flatnonzero(mask) if s != stop] + [stop]
-    graphs = [GraphTensors(obs["nodes"][s, :obs["n_nodes"][s]], obs["edges"][s, :obs["n_edges"][s]],
-                           obs["edge_features"][s, :obs["n_edges"][s]]) for s in slots]
-    return Decision(graphs, obs["globals"][slots], np.asarray(slots))
 
 
 @dataclass
@@ -59,11 +38,18 @@ class PolicyConfig:
 
 
 class GraphActorCritic(nn.Module):
-    """Scores every row of each Decision; value of each Decision's current graph."""
+    """Scores every row of each Decision; value of each Decision's current graph.
+
+    `features`: the `FeatureSpec` its node features were computed with in training, saved with it (None: no
+    record, as in checkpoints written before there was one: the nominal roofline of the target it is used
+    for). `path`: the checkpoint it was loaded from, if any.
+    """
 
     def __init__(self, config: PolicyConfig | None = None):
         super().__init__()
         self.config = config or PolicyConfig()
+        self.features: FeatureSpec | None = None
+        self.path: Path | None = None
         h = self.config.hidden
         self.encoder = GraphEncoder(h, self.config.gat_layers, self.config.heads)
         n_extra = 3  # relative cost change, log cost ratio, stop flag
@@ -115,12 +101,14 @@ class GraphActorCritic(nn.Module):
     # ---- checkpoints
 
     def save(self, path: str | Path, **meta) -> Path:
-        """Write the weights with their configuration and feature sizes (and `meta`, e.g. how it was trained)."""
+        """Write the weights with their configuration, feature sizes, `features` (the roofline its node features
+        came from, when known) and `meta` (e.g. how it was trained)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
+        record = {} if self.features is None else {"feature_spec": self.features.as_dict()}
         torch.save({"format": FORMAT, "version": VERSION, "config": asdict(self.config),
-                    "features": [NODE_FEATURES, EDGE_FEATURES, GLOBAL_FEATURES],
+                    "features": [NODE_FEATURES, EDGE_FEATURES, GLOBAL_FEATURES], **record,
                     "state_dict": self.state_dict(), "meta": meta}, tmp)
         tmp.replace(path)  # a run killed mid-write leaves the previous checkpoint intact
         return path
@@ -153,5 +141,12 @@ class GraphActorCritic(nn.Module):
             policy.load_state_dict(ckpt["state_dict"])
         except (KeyError, TypeError, RuntimeError) as err:
             raise PolicyError(f"graph policy checkpoint {path} does not fit its own configuration: {err}") from None
+        if "feature_spec" in ckpt:  # absent from checkpoints written before it was recorded: nominal features
+            try:
+                policy.features = FeatureSpec.from_dict(ckpt["feature_spec"])
+            except (KeyError, TypeError, AttributeError) as err:
+                raise PolicyError(f"graph policy checkpoint {path} has an unreadable feature record "
+                                  f"({type(err).__name__}: {err}); re-train it with `tvm-rl train`") from None
         policy.meta = ckpt.get("meta", {})
+        policy.path = path
         return policy.eval()

@@ -10,22 +10,24 @@ database (`roofline.json`) and redone when the database has grown.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
-
 import tvm
 
+from ..database import DatabaseLike, TuningDatabase
 from . import profiles, roofline
 
 
-def _records(work_dir: str | Path) -> Path:
-    """The tuning-record file of the JSON database in `work_dir`, or an error naming the directory."""
-    records = Path(work_dir) / "database_tuning_record.json"
-    if not records.exists():
-        raise FileNotFoundError(f"no MetaSchedule database in {work_dir} (database_tuning_record.json missing)")
-    return records
+def _folder(work_dir: TuningDatabase | str | os.PathLike) -> TuningDatabase:
+    """The database folder `work_dir`, or FileNotFoundError naming it when it holds no records file."""
+    folder = TuningDatabase.of(work_dir)
+    if folder is None:
+        raise FileNotFoundError(f"{work_dir!r} is not a tuning database folder")
+    if not folder.records_path.exists():
+        raise FileNotFoundError(f"no MetaSchedule database in {folder.path} ({folder.records_path.name} missing)")
+    return folder
 
 
 @dataclass(frozen=True)
@@ -39,16 +41,13 @@ class TunedKernel:
     shapes: tuple[tuple[int, ...], ...] = ()  # its buffers' shapes, in argument order
 
 
-def tuned_kernels(work_dir: str | Path) -> list[TunedKernel]:
+def tuned_kernels(work_dir: TuningDatabase | str | os.PathLike) -> list[TunedKernel]:
     """Every workload of the JSON database in `work_dir` that has a successful measurement, at its best."""
-    from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    work_dir = _records(work_dir).parent
-    db = ms.database.JSONDatabase(work_dir=str(work_dir), allow_missing=False)
     best: dict = {}
-    for record in db.get_all_tuning_records():
+    for record in _folder(work_dir).records():
         secs = [float(s) for s in (record.run_secs or ())]
         if not secs or not all(np.isfinite(secs)) or min(secs) <= 0 or max(secs) >= 1e9:
             continue  # failed runs are stored with huge or missing latencies
@@ -92,15 +91,15 @@ def _hardware(d: dict) -> roofline.Hardware:
     return roofline.Hardware(d["peak_gflops"], d["gbps"], d["launch_us"], d["source"])
 
 
-def tuned_roofline(work_dir: str | Path, target: tvm.target.Target | str | None = None) -> roofline.RooflineModel:
+def tuned_roofline(work_dir: TuningDatabase | str | os.PathLike,
+                   target: tvm.target.Target | str | None = None) -> roofline.RooflineModel:
     """The rooflines of the kernels tuned in `work_dir`, cached in `work_dir/roofline.json`.
 
     `target` (a database holds one target's kernels) is written into the cache for whoever reads it.
     """
-    records = _records(work_dir)
-    work_dir = records.parent
-    stamp = records.stat().st_size
-    path = work_dir / "roofline.json"
+    folder = _folder(work_dir)
+    stamp = folder.records_path.stat().st_size
+    path = folder.path / "roofline.json"
     if path.exists():
         try:
             saved = json.loads(path.read_text())
@@ -109,7 +108,7 @@ def tuned_roofline(work_dir: str | Path, target: tvm.target.Target | str | None 
                                           tuple((k, _hardware(h)) for k, h in saved["per_kind"].items()))
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # refit below
-    kernels = tuned_kernels(work_dir)
+    kernels = tuned_kernels(folder)
     model = fit(kernels)
     path.write_text(json.dumps({"records_bytes": stamp, "kinds": list(roofline.KINDS), "kernels": len(kernels),
                                 "target": str(target) if target is not None else None,
@@ -118,20 +117,14 @@ def tuned_roofline(work_dir: str | Path, target: tvm.target.Target | str | None 
     return model
 
 
-def proxy_roofline(target: tvm.target.Target | str, database=None) -> roofline.Roofline:
+def proxy_roofline(target: tvm.target.Target | str, database: DatabaseLike = None) -> roofline.Roofline:
     """The roofline a graph search should price kernels with: fitted to `database`'s tuned kernels (a work dir
     or a JSON database) when it has any, else the nominal figures (`roofline.default_hardware`)."""
-    if database is None:
-        return roofline.default_hardware(target)
-    path = getattr(database, "path_tuning_record", None)
-    if path is None and not isinstance(database, (str, Path)):
-        return roofline.default_hardware(target)  # a database with no files (in memory): nothing to read
-    work_dir = Path(str(path)).parent if path else Path(database)
-    records = work_dir / "database_tuning_record.json"
-    if not records.exists() or records.stat().st_size == 0:
+    folder = TuningDatabase.of(database)  # None for no database, or one with no files (in memory)
+    if folder is None or folder.is_empty():
         return roofline.default_hardware(target)
     try:
-        return tuned_roofline(work_dir, target)
+        return tuned_roofline(folder, target)
     except ValueError:  # records, but none measured successfully
         return roofline.default_hardware(target)
 

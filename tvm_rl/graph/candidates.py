@@ -17,9 +17,9 @@ from typing import Callable, Sequence
 
 import tvm
 
-from .view import graph_of
 from .fingerprint import module_key, same_graph
 from .rules import AllMatches, Match, Rule, RuleError, all_rules
+from .view import graph_of
 
 
 @dataclass(frozen=True)

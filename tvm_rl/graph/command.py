@@ -21,7 +21,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     ap.add_argument("--size", default="tiny", choices=models.SIZES, help="zoo model size (default tiny)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
     ap.add_argument("--policy", default=None, help="policy checkpoint (default: the one shipped with tvm-rl)")
-    ap.add_argument("--steps", type=int, default=50, help="rewrites per episode at most (default 50; the time budget usually ends an episode first on full-size models)")
+    ap.add_argument("--steps", type=int, default=50,
+                    help="rewrites per episode at most (default 50; the time budget usually ends an episode first on "
+                         "full-size models)")
     ap.add_argument("--episodes", type=int, default=4, help="episodes, the first greedy (default 4)")
     ap.add_argument("--time-budget", type=float, default=10.0, help="search seconds at most (default 10)")
     ap.add_argument("--database", default=None, help="MetaSchedule work dir whose tuned kernels the "
@@ -29,6 +31,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     ap.add_argument("--no-confirm", action="store_true", help="trust the cost model; skip the measurement")
     ap.add_argument("--no-all-matches", action="store_true", help="one match per step only (no \"apply every "
                     "match of a rule\" actions)")
+    ap.add_argument("--allow-feature-mismatch", action="store_true", help="use a policy trained for another "
+                    "target kind (CPU/GPU) anyway (refused by default: it would read features on another scale)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work-dir", default="logs", help="where rewrite_<model>.json and .relax.json go")
     args = ap.parse_args(argv)
@@ -44,7 +48,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
         database = open_database(args.database)
     rewrite = RLRewritePass(target, args.policy, max_steps=args.steps, episodes=args.episodes,
                             time_budget_s=args.time_budget, confirm=not args.no_confirm, database=database,
-                            seed=args.seed, all_matches=not args.no_all_matches)
+                            seed=args.seed, all_matches=not args.no_all_matches,
+                            allow_feature_mismatch=args.allow_feature_mismatch)
     out = rewrite(model.mod)
     r = rewrite.last_report
     name = args.model or Path(args.onnx).stem

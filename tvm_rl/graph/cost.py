@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
-
 import tvm
 
 from .. import measure
+from ..database import DatabaseLike, TuningDatabase, as_database
 from ..errors import BuildError
 from ..paths import cache_dir
 from .fingerprint import module_key
@@ -46,14 +46,15 @@ def default_cache_dir() -> Path:
 # ------------------------------------------------------------------------------------ measured costs
 
 
-def database_tag(database) -> str:
-    """The part of a cache key that says which kernels were used: "untuned", or a JSON database's path."""
+def database_tag(database: DatabaseLike) -> str:
+    """The part of a cache key that says which kernels were used: "untuned", or a JSON database's path
+    (`TuningDatabase.tag`)."""
     if database is None:
         return "untuned"
-    path = getattr(database, "path_tuning_record", None)
-    if path:
-        return f"json:{os.path.abspath(str(path))}"
-    raise ValueError(f"cannot name database {type(database).__name__} in a cache key; pass database_tag=...")
+    folder = TuningDatabase.of(database)
+    if folder is None:
+        raise ValueError(f"cannot name database {type(database).__name__} in a cache key; pass database_tag=...")
+    return folder.tag
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,10 @@ class KernelCostCache:
     Entries are JSON lines in `directory/kernels.jsonl` (appended as measured; unreadable lines skipped).
     """
 
-    def __init__(self, target: tvm.target.Target | str, database=None, directory: str | Path | None = None,
-                 tag: str | None = None, repeat: int = 10):
+    def __init__(self, target: tvm.target.Target | str, database: DatabaseLike = None,
+                 directory: str | Path | None = None, tag: str | None = None, repeat: int = 10):
         self.target = measure.parse_target(target)
-        self.database = database
+        self.database = as_database(database)  # opened once, not once per module priced
         self.tag = tag or database_tag(database)
         self.repeat = repeat
         self.directory = Path(directory) if directory is not None else default_cache_dir()
@@ -149,7 +150,7 @@ def _time_kernel(lowered: tvm.IRModule, name: str, target: tvm.target.Target, rn
 
 
 def end_to_end_ms(mod: tvm.IRModule, target: tvm.target.Target | str, inputs: Sequence[np.ndarray],
-                  database=None, repeat: int = 10) -> measure.Timing:
+                  database: DatabaseLike = None, repeat: int = 10) -> measure.Timing:
     """Build `mod` (with `database`'s tuned kernels) and time it on `inputs`: the harness's median."""
     target = measure.parse_target(target)
     runner = measure.Runner(measure.build(mod, target, database), target)
@@ -197,14 +198,16 @@ def kernel_sum_cost(cache: KernelCostCache) -> CostFn:
     return Memo(cache)
 
 
-def end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.ndarray], database=None,
+def end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.ndarray], database: DatabaseLike = None,
                     repeat: int = 10) -> CostFn:
     """The measured end-to-end median as a cost function, memoised."""
+    database = as_database(database)
     return Memo(lambda mod: end_to_end_ms(mod, target, inputs, database, repeat).median_ms)
 
 
-def pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndarray] | None = None, database=None,
-                 repeat: int = 10, tune: Callable[[tvm.IRModule], object] | None = None) -> PairMeasure:
+def pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndarray] | None = None,
+                 database: DatabaseLike = None, repeat: int = 10,
+                 tune: Callable[[tvm.IRModule], DatabaseLike] | None = None) -> PairMeasure:
     """(before, after) -> end-to-end medians, both built with the same schedules and timed in alternating rounds.
 
     Measured apart, the two sides of a guard see different load and machine state: ResNet-18's input timed
@@ -213,6 +216,7 @@ def pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndarray] |
     database`, when given, tunes each side's kernels first and builds with the database it returns.
     """
     target = measure.parse_target(target)
+    database = as_database(database)
 
     def measure_both(before: tvm.IRModule, after: tvm.IRModule) -> tuple[float, float]:
         from .verify import random_inputs

@@ -3,8 +3,9 @@
 State: the current IRModule. Actions: `enumerate_candidates` (capped at `cap`; with `shortlist=K`, the K of
 them the cost function rates cheapest, as `RLRewritePass` shows its policy) followed by "stop" at the last
 index (`cap`, or K); slots of absent candidates are masked. Observation: for every action, the graph it leads to ("stop"
-leads to the current graph), as padded tensors a GNN reads:
-  nodes (cap+1, N, F): op one-hot over OP_VOCAB + "other", output shape features, the op's roofline cost;
+leads to the current graph), as padded tensors a GNN reads (`observation.observe`, as `RLRewritePass` builds them):
+  nodes (cap+1, N, F): op one-hot over OP_VOCAB + "other", output shape features, the op's cost by the
+  roofline of `features` (default: the one pricing the reward, `hardware`);
   edges (cap+1, M, 2) producer -> consumer node indices; edge_features (cap+1, M, E): the tensor's dims;
   n_nodes, n_edges (cap+1,); globals (cap+1, 2): cost / RT[0] and log(1 + cost in us);
   action_mask (cap+1,): 1 where the action is valid (also in `info["action_mask"]`).
@@ -14,111 +15,37 @@ between being scaled by the last measured/proxy ratio, so an episode's rewards a
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import gymnasium as gym
 import numpy as np
+import tvm
 from gymnasium import spaces
 
-import tvm
-from tvm.ir import GenericConst, Var
-
 from . import cost as costs
-from . import profiles, roofline, view
-from . import fusion
+from . import roofline
 from .candidates import CandidateSet, Shortlist, enumerate_candidates
-from .fingerprint import module_key, same_graph
-from .rules import Rule, all_rules
-from .rules.ir import Graph
 
-OP_VOCAB: tuple[str, ...] = (
-    "input", "constant", "tuple", "tuple_get_item",
-    "relax.nn.conv2d", "relax.matmul", "relax.nn.attention", "relax.nn.max_pool2d", "relax.nn.avg_pool2d",
-    "relax.nn.adaptive_avg_pool2d", "relax.mean", "relax.sum", "relax.nn.softmax", "relax.nn.layer_norm",
-    "relax.nn.batch_norm", "relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.nn.relu",
-    "relax.nn.gelu", "relax.nn.silu", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.reshape",
-    "relax.permute_dims", "relax.broadcast_to", "relax.concat", "relax.split", "relax.strided_slice",
-    "relax.take", "relax.zeros_like", "relax.astype", "relax.nn.pad",
+# Re-exported: the policy's input moved to `observation`, and callers import these names from here.
+from .observation import (  # noqa: F401
+    EDGE_FEATURES,
+    GLOBAL_FEATURES,
+    MAX_RANK,
+    N_SHAPE,
+    NODE_FEATURES,
+    OP_VOCAB,
+    Decision,
+    EncodingCache,
+    FeatureSpec,
+    GraphTensors,
+    encode,
+    global_features,
+    observe,
+    padded,
 )
-_OP_INDEX = {op: i for i, op in enumerate(OP_VOCAB)}
-MAX_RANK = 4  # trailing dimensions encoded per tensor
-N_SHAPE = 2 + MAX_RANK  # rank, log numel, log of each trailing dim
-NODE_FEATURES = len(OP_VOCAB) + 1 + N_SHAPE + 3  # one-hot (+ other), shape, log time/FLOPs/bytes
-EDGE_FEATURES = N_SHAPE
-GLOBAL_FEATURES = 2
+from .rules import Rule, all_rules
+
 _HIGH = 1e9  # features are logs and ratios; a finite bound keeps the env checker from warning
-
-
-def _shape_features(expr) -> np.ndarray:
-    """rank/8, log2(1+numel)/32 and log2(1+d)/16 of the last MAX_RANK dims (right-aligned) of a tensor."""
-    return view.memo(("shape_features", expr), lambda: _compute_shape_features(view.tensor_info(expr)[0]))
-
-
-def _compute_shape_features(shape) -> np.ndarray:
-    out = np.zeros(N_SHAPE, np.float32)
-    if shape is None:
-        return out
-    out[0] = len(shape) / 8
-    out[1] = np.log2(1 + float(np.prod(shape, dtype=np.float64))) / 32
-    tail = shape[-MAX_RANK:]
-    for i, d in enumerate(tail):
-        out[2 + MAX_RANK - len(tail) + i] = np.log2(1 + d) / 16
-    return out
-
-
-def global_features(cost: float, initial_cost: float) -> np.ndarray:
-    """A graph's global features: its cost relative to the episode's first graph, and log(1 + cost in us)."""
-    return np.array([cost / initial_cost, np.log1p(cost * 1e3)], np.float32)
-
-
-@dataclass
-class GraphTensors:
-    """One graph, unpadded: node features (n, F), edges (m, 2), edge features (m, E)."""
-
-    nodes: np.ndarray
-    edges: np.ndarray
-    edge_features: np.ndarray
-
-
-def encode(mod: tvm.IRModule, hardware: roofline.Roofline) -> GraphTensors:
-    """`main` as a graph: a node per input, constant use and dataflow binding; an edge per tensor read."""
-    g = view.graph_of(mod)
-    ops = profiles.op_profiles(mod, g)
-    rows: list[np.ndarray] = []
-    index: dict[str, int] = {}
-    edges: list[tuple[int, int]] = []
-    edge_feats: list[np.ndarray] = []
-
-    def row(op: str, expr, flops: float = 0.0, nbytes: int = 0, kind: str = "elementwise") -> np.ndarray:
-        out = np.zeros(NODE_FEATURES, np.float32)
-        out[_OP_INDEX.get(op, len(OP_VOCAB))] = 1.0
-        out[len(OP_VOCAB) + 1:len(OP_VOCAB) + 1 + N_SHAPE] = _shape_features(expr)
-        us = hardware.time_ms(flops, nbytes, kind) * 1e3 if (flops or nbytes) else 0.0
-        out[-3:] = (np.log1p(us), np.log1p(flops) / 32, np.log1p(nbytes) / 32)
-        return out
-
-    def node(key, make) -> int:
-        rows.append(view.memo(("node", hardware, *key), make))
-        return len(rows) - 1
-
-    for param in g.func.params:
-        index[param.name] = node((param,), lambda: row("input", param))
-    for name, p in zip(g.order, ops):
-        var, value = g.vars[name], g.values[name]
-        me = node((var, value), lambda: row(p.op if p.op != "var" else "other", var, p.flops, p.nbytes, p.kind))
-        for arg in fusion.inputs_of(value):
-            if isinstance(arg, GenericConst):
-                src = node((arg,), lambda: row("constant", arg))
-            elif isinstance(arg, Var) and arg.name in index:
-                src = index[arg.name]
-            else:
-                continue
-            edges.append((src, me))
-            edge_feats.append(_shape_features(arg))
-        index[name] = me
-    return GraphTensors(np.stack(rows), np.asarray(edges, np.int64).reshape(-1, 2),
-                       np.asarray(edge_feats, np.float32).reshape(-1, EDGE_FEATURES))
 
 
 class GraphRewriteEnv(gym.Env):
@@ -135,7 +62,7 @@ class GraphRewriteEnv(gym.Env):
                  cost: costs.CostFn | None = None, hardware: roofline.Roofline | None = None,
                  target: tvm.target.Target | str = "llvm", measure: costs.CostFn | None = None,
                  measure_every: int | None = None, max_nodes: int | None = None, max_edges: int | None = None,
-                 check: bool = False, shortlist: int | None = None):
+                 check: bool = False, shortlist: int | None = None, features: FeatureSpec | None = None):
         if cap < 1 or horizon < 1:
             raise ValueError(f"cap and horizon must be >= 1, got cap={cap}, horizon={horizon}")
         if (measure is None) != (measure_every is None):
@@ -148,8 +75,10 @@ class GraphRewriteEnv(gym.Env):
         self.rules = all_rules() if rules is None else list(rules)
         self.hardware = hardware or roofline.default_hardware(target)
         self.cost = cost or costs.roofline_cost(self.hardware)
+        # Node features from `features` (what a policy trained here records), by default the pricing roofline.
+        self.features = features or FeatureSpec.of(self.hardware, target)
         self.measure, self.measure_every = measure, measure_every
-        first = encode(mod, self.hardware)
+        first = encode(mod, self.features.roofline)
         self.max_nodes = max_nodes or _round_up(2 * len(first.nodes))
         self.max_edges = max_edges or _round_up(2 * len(first.edges))
         if len(first.nodes) > self.max_nodes or len(first.edges) > self.max_edges:
@@ -173,7 +102,7 @@ class GraphRewriteEnv(gym.Env):
         self.mod: tvm.IRModule = mod
         self.candidates: CandidateSet | None = None
         self._obs: dict | None = None
-        self._encoded: dict[int, tuple[tvm.IRModule, GraphTensors]] = {}
+        self._cache = EncodingCache()
 
     # ---- Gymnasium API
 
@@ -225,13 +154,6 @@ class GraphRewriteEnv(gym.Env):
         return proxy * self._scale
 
     def _observe(self) -> dict:
-        k, n, m = self.slots + 1, self.max_nodes, self.max_edges
-        obs = {"nodes": np.zeros((k, n, NODE_FEATURES), np.float32),
-               "edges": np.zeros((k, m, 2), np.int64),
-               "edge_features": np.zeros((k, m, EDGE_FEATURES), np.float32),
-               "n_nodes": np.zeros(k, np.int64), "n_edges": np.zeros(k, np.int64),
-               "globals": np.zeros((k, GLOBAL_FEATURES), np.float32),
-               "action_mask": np.zeros(k, np.int8)}
         if self.shortlist is not None:
             now = self.cost(self.mod)
             self.candidates = self.shortlist.enumerate(self.mod, now, self.rules, cap=self.cap, check=self.check)
@@ -241,31 +163,17 @@ class GraphRewriteEnv(gym.Env):
                                                    strict=False)
         self.oversize = 0
         graphs = [(i, c.mod) for i, c in enumerate(self.candidates)] + [(self.stop_action, self.mod)]
+        fits = []
         for slot, mod in graphs:
-            enc = self._encode(mod)
-            if len(enc.nodes) > n or len(enc.edges) > m:
+            enc = self._cache.encode(mod, self.features.roofline)
+            if len(enc.nodes) > self.max_nodes or len(enc.edges) > self.max_edges:
                 self.oversize += 1
                 continue
-            obs["nodes"][slot, :len(enc.nodes)] = enc.nodes
-            obs["edges"][slot, :len(enc.edges)] = enc.edges
-            obs["edge_features"][slot, :len(enc.edges)] = enc.edge_features
-            obs["n_nodes"][slot], obs["n_edges"][slot] = len(enc.nodes), len(enc.edges)
-            c = self._latency(mod, force_measure=False)
-            obs["globals"][slot] = global_features(c, self.rt0)
-            obs["action_mask"][slot] = 1
-        self._obs = obs
-        return obs
-
-    def _encode(self, mod: tvm.IRModule) -> GraphTensors:
-        key = module_key(mod)
-        hit = self._encoded.get(key)
-        if hit is not None and same_graph(hit[0], mod):
-            return hit[1]
-        enc = encode(mod, self.hardware)
-        if len(self._encoded) > 4096:  # bound memory on long runs
-            self._encoded.clear()
-        self._encoded[key] = (mod, enc)
-        return enc
+            fits.append((slot, mod))
+        decision = observe([mod for _, mod in fits], [self._latency(mod, force_measure=False) for _, mod in fits],
+                           self.rt0, self.features, actions=[slot for slot, _ in fits], cache=self._cache)
+        self._obs = padded(decision, self.slots + 1, self.max_nodes, self.max_edges)
+        return self._obs
 
     def _info(self, measured: bool) -> dict:
         return {"action_mask": self._obs["action_mask"].copy(), "cost_ms": self.rt, "initial_cost_ms": self.rt0,

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
-
 import tvm
 import tvm_ffi
 from tvm import relax
@@ -124,9 +123,10 @@ _MODULE_KEYS: OrderedDict[int, tuple[tvm.IRModule, int]] = keepalive.cache(Order
 def module_key(mod: tvm.IRModule) -> int:
     """A key of the whole module: Relax functions by their bindings, anything else by structural hash.
 
-    Remembered for the last 128 modules (two steps' candidates; each module may hold large folded weights): candidate enumeration keys each new graph to deduplicate it,
-    and the memoised cost functions key it again. Modules are taken as immutable, as TVM's passes and our
-    rewrites treat them (each returns a new module); one changed in place after keying keeps its old key."""
+    Remembered for the last 128 modules (two steps' candidates; each module may hold large folded weights):
+    candidate enumeration keys each new graph to deduplicate it, and the memoised cost functions key it again.
+    Modules are taken as immutable, as TVM's passes and our rewrites treat them (each returns a new module); one
+    changed in place after keying keeps its old key."""
     hit = _MODULE_KEYS.get(mod.__chandle__())
     if hit is not None:
         _MODULE_KEYS.move_to_end(mod.__chandle__())

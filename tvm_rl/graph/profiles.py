@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
 import tvm
 import tvm_ffi
 from tvm import tirx
 from tvm.ir import Call, GenericConst, Tuple, TupleGetItem, Var
 
 from .. import measure
+from ..database import DatabaseLike
 from . import fusion, keepalive
 from .roofline import FAMILY, Roofline, call_kind, default_hardware, op_kind, tir_kind
 from .rules.ir import Graph, op_name, static_shape
@@ -50,13 +50,14 @@ def prim_func_bytes(func: tirx.PrimFunc) -> int:
                for info in ArgInfo.from_prim_func(func))
 
 
-def kernel_profiles(mod: tvm.IRModule, target: tvm.target.Target | str, database=None) -> list[KernelProfile]:
+def kernel_profiles(mod: tvm.IRModule, target: tvm.target.Target | str,
+                    database: DatabaseLike = None) -> list[KernelProfile]:
     """FLOPs (TVM's TIR estimate) and bytes of every kernel `mod` lowers to, with how often it is called."""
     return profiles_of(measure.kernel_stage(mod, measure.parse_target(target), database))
 
 
 def kernel_roofline_ms(mod: tvm.IRModule, target: tvm.target.Target | str, hardware: Roofline | None = None,
-                       database=None) -> float:
+                       database: DatabaseLike = None) -> float:
     """Roofline latency of `mod`'s lowered kernels: sum of calls x hardware.time_ms(FLOPs, bytes)."""
     hardware = hardware or default_hardware(target)
     return sum(k.calls * hardware.time_ms(k.flops, k.nbytes, k.kind)

@@ -21,17 +21,17 @@ from typing import Sequence
 
 import numpy as np
 import torch
-
 import tvm
 from tvm import relax
 
 from .. import measure
+from ..database import DatabaseLike
 from . import cost as costs
 from . import roofline
-from .agent import Decision, GraphActorCritic
+from .agent import GraphActorCritic
 from .calibration import proxy_roofline
 from .candidates import Shortlist, enumerate_candidates, past
-from .env import encode, global_features
+from .observation import FeatureSpec, features_for_policy, observe
 from .rules import Rule, all_rules, with_all_matches
 
 log = logging.getLogger("tvm_rl.graph")
@@ -61,11 +61,13 @@ class RewriteReport:
         return self.initial_cost / self.cost if self.cost > 0 else 1.0
 
 
-def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn, hardware: roofline.Roofline,
-            rules: Sequence[Rule], max_steps: int, rng: np.random.Generator | None, deadline: float,
-            cap: int | None = None, shortlist: int | None = None) -> tuple[tvm.IRModule, float, list[str], int]:
+def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn,
+            features: FeatureSpec | roofline.Roofline, rules: Sequence[Rule], max_steps: int,
+            rng: np.random.Generator | None, deadline: float, cap: int | None = None, shortlist: int | None = None
+            ) -> tuple[tvm.IRModule, float, list[str], int]:
     """One episode of the policy from `mod` (greedy when `rng` is None); returns the cheapest graph on the
-    way (possibly `mod`), its cost, the rewrites leading to it, and the steps taken. With `shortlist`, the
+    way (possibly `mod`), its cost, the rewrites leading to it, and the steps taken. The policy reads the
+    graphs as `observation.observe` builds them, node features from `features`. With `shortlist`, the
     policy sees only that many candidates, the cheapest by `cost` (ranked incrementally: `Shortlist`), and
     "stop"; the costs it sees are exact. A step still finding or pricing its candidates at `deadline` is
     abandoned there: one step on a full-size model can take seconds, and the budget is the user's."""
@@ -82,9 +84,7 @@ def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn, har
             break
         if short is not None:
             short.record(cands, costs_, now)
-        graphs = [c.mod for c in cands] + [current]
-        feats = np.stack([global_features(c, rt0) for c in costs_ + [now]])
-        decision = Decision([encode(g, hardware) for g in graphs], feats, np.arange(len(graphs)))
+        decision = observe([c.mod for c in cands] + [current], costs_ + [now], rt0, features)
         row, _, _, _ = policy.act(decision, rng, greedy=rng is None)
         steps += 1
         if row == len(cands):  # stop
@@ -113,18 +113,28 @@ class RLRewritePass:
     (`rules.AllMatches`): full-size CNNs need 50-120 single rewrites, more than fit in the time budget.
     measure_pair: replaces the confirmation's measurement ((input, result) -> their ms, timed side by side as
     `cost.pair_measure` does; e.g. `tvm_rl.tuned_cost.tuned_pair_measure` to tune new kernels first).
+    features: the roofline the policy's node features are computed with (an `observation.FeatureSpec` or a
+    roofline). Default: the policy's own, recorded by training (a checkpoint without a record: `target`'s
+    nominal roofline), whatever `cost` and `database` price candidates with. FeatureMismatchError when
+    `features` differ from the policy's or the policy was trained for another target kind (CPU/GPU), unless
+    `allow_feature_mismatch`.
     """
 
     def __init__(self, target: tvm.target.Target | str = "llvm", policy: GraphActorCritic | str | Path | None = None,
                  max_steps: int = 50, time_budget_s: float | None = 10.0, episodes: int = 1, confirm: bool = True,
-                 database=None, repeat: int = 10, cost: costs.CostFn | None = None,
+                 database: DatabaseLike = None, repeat: int = 10, cost: costs.CostFn | None = None,
                  rules: Sequence[Rule] | None = None, cap: int | None = None, shortlist: int | None = 16,
-                 seed: int = 0, measure_pair: costs.PairMeasure | None = None, all_matches: bool = True):
+                 seed: int = 0, measure_pair: costs.PairMeasure | None = None, all_matches: bool = True,
+                 features: FeatureSpec | roofline.Roofline | None = None, allow_feature_mismatch: bool = False):
         if max_steps < 0 or episodes < 1:
             raise ValueError(f"need max_steps >= 0 and episodes >= 1, got {max_steps} and {episodes}")
         self.target = measure.parse_target(target)
         self.policy = policy if isinstance(policy, GraphActorCritic) else GraphActorCritic.load(policy)
-        self.hardware = roofline.default_hardware(self.target)
+        if isinstance(features, (roofline.Hardware, roofline.RooflineModel)):
+            features = FeatureSpec.of(features, self.target)
+        source = getattr(self.policy, "path", None) or "(the policy object given, not loaded from a file)"
+        self.features = features_for_policy(getattr(self.policy, "features", None), str(source), self.target,
+                                            features, allow_feature_mismatch)
         self.cost = cost or costs.roofline_cost(proxy_roofline(self.target, database))
         self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
         self.confirm = confirm
@@ -136,8 +146,8 @@ class RLRewritePass:
         self.last_report: RewriteReport | None = None
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        # The policy's tensors are small (hundreds of nodes a graph): one thread is as fast, and with two a busy
-        # core stalls every op (a step took twice as long beside another job on this 2-core machine).
+        # The policy's tensors are small (hundreds of nodes a graph): one thread is as fast, and with several,
+        # every op waits for the slowest thread, so one core busy with another job can double a step's time.
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
@@ -161,7 +171,7 @@ class RLRewritePass:
         for episode in range(self.episodes):
             if episode and past(deadline):
                 break
-            graph, c, path, steps = rollout(mod, self.policy, self.cost, self.hardware, self.rules, self.max_steps,
+            graph, c, path, steps = rollout(mod, self.policy, self.cost, self.features, self.rules, self.max_steps,
                                             None if episode == 0 else rng, deadline, self.cap, self.shortlist)
             report.episodes += 1
             report.steps += steps

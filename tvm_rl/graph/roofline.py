@@ -11,13 +11,13 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 import numpy as np
-
 import tvm
 from tvm import tirx
 from tvm.ir import Call
 
 from .. import measure
 from .rules.ir import op_name
+
 
 @dataclass(frozen=True)
 class Hardware:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
-
 import tvm
 
 from .candidates import enumerate_candidates

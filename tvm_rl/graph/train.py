@@ -7,7 +7,8 @@ then runs `epochs` passes of clipped PPO (`tvm_rl.rl.ppo`) over minibatches of d
 `work_dir`: `checkpoint.pt` (policy + optimiser + history, rewritten atomically each iteration: a killed run
 resumes from it), `policy.pt` (the policy alone, what `RLRewritePass(policy=...)` loads), `train.csv` (one row
 per iteration: return, speedup, PPO's losses, entropy, approx_kl, clipfrac, explained_variance) and
-`train.png` (the curve).
+`train.png` (the curve). Both checkpoints record the roofline the node features came from
+(`observation.FeatureSpec`): the pass shows the policy the same features.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from ..rl.ppo import Evaluate, PPOParams, gae
 from ..rl.ppo import ppo_loss as rl_ppo_loss
 from ..rl.ppo import ppo_update as rl_ppo_update
 from .agent import Decision, GraphActorCritic, PolicyConfig, decision_from_observation
+from .observation import FeatureSpec
 from .rules import all_rules, with_all_matches
 
 
@@ -99,16 +101,22 @@ def import_model_modules(modules: Sequence[str]) -> None:
                               "the current directory or PYTHONPATH") from err
 
 
-def make_env(model: str, config: TrainConfig):
-    """The rewrite environment of a zoo model, with the roofline cost as reward (fast enough to train on): the
-    nominal one, or fitted to `config.database`'s tuned kernels, which is what `RLRewritePass` prices with."""
+def feature_spec(config: TrainConfig) -> FeatureSpec:
+    """The roofline a run prices kernels and computes node features with: the nominal one, or fitted to
+    `config.database`'s tuned kernels, which is what `RLRewritePass` prices with."""
+    return FeatureSpec.for_target(config.target, config.database or None)
+
+
+def make_env(model: str, config: TrainConfig, features: FeatureSpec | None = None):
+    """The rewrite environment of a zoo model, with the roofline cost as reward (fast enough to train on) and
+    node features from the same roofline: `features`, by default `feature_spec(config)`."""
     from .. import models
-    from .calibration import proxy_roofline
     from .env import GraphRewriteEnv
 
     import_model_modules(config.model_modules)
+    features = features or feature_spec(config)
     return GraphRewriteEnv(models.load(model, config.size).mod, cap=config.cap, horizon=config.horizon,
-                           target=config.target, hardware=proxy_roofline(config.target, config.database or None),
+                           target=config.target, hardware=features.roofline, features=features,
                            shortlist=config.shortlist or None,
                            rules=with_all_matches(all_rules()) if config.all_matches else None)
 
@@ -183,10 +191,10 @@ def imitate(policy: GraphActorCritic, pairs: Sequence[tuple[Decision, int]], con
 _WORKER_ENVS: dict = {}
 
 
-def _worker_play(model: str, config: TrainConfig, state: dict, seed: int) -> Episode:
+def _worker_play(model: str, config: TrainConfig, state: dict, seed: int, features: FeatureSpec) -> Episode:
     torch.set_num_threads(1)
     if model not in _WORKER_ENVS:
-        _WORKER_ENVS[model] = make_env(model, config)
+        _WORKER_ENVS[model] = make_env(model, config, features)
     policy = GraphActorCritic(PolicyConfig(config.hidden, config.gat_layers, config.heads))
     policy.load_state_dict(state)
     return play(_WORKER_ENVS[model], policy, np.random.default_rng(seed), model)
@@ -285,13 +293,24 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
         policy.load_state_dict(ckpt["policy"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start, history = ckpt["iteration"], ckpt["history"]
+        # The run's own features, not the database's fit today: a database tuned further since would change
+        # the features under a policy half trained on the old ones.
+        if "feature_spec" in ckpt:
+            try:
+                policy.features = FeatureSpec.from_dict(ckpt["feature_spec"])
+            except (KeyError, TypeError, AttributeError) as err:
+                raise CheckpointError(f"training checkpoint {ckpt_path} has an unreadable feature record "
+                                      f"({type(err).__name__}: {err}); use another --work-dir") from None
         if progress:
             print(f"resuming from {ckpt_path} at iteration {start}")
     rng = np.random.default_rng([config.seed, start])
-    envs = {} if config.workers > 1 else {m: make_env(m, config) for m in config.models}
+    if policy.features is None:
+        policy.features = feature_spec(config)
+    features = policy.features
+    envs = {} if config.workers > 1 else {m: make_env(m, config, features) for m in config.models}
     if start == 0 and config.imitation_episodes > 0:
         t0 = time.perf_counter()
-        demo_envs = envs or {m: make_env(m, config) for m in config.models}
+        demo_envs = envs or {m: make_env(m, config, features) for m in config.models}
         pairs = [p for e in range(config.imitation_episodes)
                  for p in demonstrations(demo_envs[config.models[e % len(config.models)]], rng)]
         loss = imitate(policy, pairs, config, rng)
@@ -308,7 +327,7 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
             if pool is not None:
                 state = policy.state_dict()
                 episodes = list(pool.map(_worker_play, [m for m, _ in jobs], [config] * len(jobs),
-                                         [state] * len(jobs), [s for _, s in jobs]))
+                                         [state] * len(jobs), [s for _, s in jobs], [features] * len(jobs)))
             else:
                 episodes = [play(envs[m], policy, np.random.default_rng(s), m) for m, s in jobs]
             if interrupt_pending():  # an interrupt swallowed mid-episode may have cut it short: do not learn from it
@@ -324,7 +343,8 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
             meta = {"models": list(config.models), "size": config.size, "iterations": it + 1}
             policy.save(work / "policy.pt", **meta)
             tmp = ckpt_path.with_suffix(".tmp")
-            torch.save({"config": asdict(config), "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
+            torch.save({"config": asdict(config), "feature_spec": features.as_dict(),
+                        "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
                         "iteration": it + 1, "history": _plain_rows(history)}, tmp)
             tmp.replace(ckpt_path)
             _write_csv(work / "train.csv", history)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
-
 import tvm
 import tvm_ffi
 from tvm import relax

@@ -7,7 +7,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-
 import tvm
 from tvm.relax.frontend.onnx import from_onnx as _tvm_from_onnx
 from tvm.relax.frontend.torch import from_exported_program

@@ -135,7 +135,8 @@ class TransducerEncoder(nn.Module):
 _TINY = TransformerConfig(seq=8, hidden=32, layers=2, heads=2, ffn=64)
 
 BERT = {"tiny": _TINY, "full": TransformerConfig(seq=64, hidden=1024, layers=8, heads=16, ffn=4096)}
-VIT = {"tiny": (TransformerConfig(4, 32, 2, 2, 64), 8, 10), "full": (TransformerConfig(64, 768, 12, 12, 3072), 16, 1000)}
+VIT = {"tiny": (TransformerConfig(4, 32, 2, 2, 64), 8, 10),
+       "full": (TransformerConfig(64, 768, 12, 12, 3072), 16, 1000)}
 DALLE = {"tiny": (_TINY, 64), "full": (TransformerConfig(seq=64, hidden=512, layers=8, heads=8, ffn=2048), 8192)}
 TRANSDUCER = {"tiny": (_TINY, 16), "full": (TransformerConfig(seq=64, hidden=512, layers=12, heads=8, ffn=2048), 80)}
 

@@ -25,12 +25,13 @@ import numpy as np
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
+from ..database import TuningDatabase
 from ..measure import device_for, host_cpu_target, parse_target, random_args
 from .agent import PPOConfig
-from .search_strategy.annealing import SimulatedAnnealing
-from .intrin import preload_tensor_intrinsics
 from .cost_model import create as create_cost_model
+from .intrin import preload_tensor_intrinsics
 from .measure_callback.progress import ProgressLine
+from .search_strategy.annealing import SimulatedAnnealing
 from .search_strategy.ppo import PPOSearch
 from .tasks import prepare_metaschedule_logging, shared_builder
 from .tophub import TophubTask, load_tasks, tophub_dir
@@ -59,10 +60,8 @@ def strategies(walks: int, evaluations: int) -> dict[str, Callable[[int], ms.Sea
 
 def read_curve(work_dir: Path) -> list[float]:
     """Best-so-far latency (seconds) after each measured trial, from a run's database (inf until one works)."""
-    path = work_dir / "database_tuning_record.json"
     best, out = math.inf, []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        secs = json.loads(line)[1][1]
+    for secs in TuningDatabase(work_dir).run_seconds():
         if secs:
             value = float(np.mean(secs))
             if value < 1e9:  # MetaSchedule records failed candidates with 1e10 s
@@ -99,9 +98,7 @@ def run_one(task: TophubTask, name: str, factory: Callable[[int], ms.SearchStrat
 
 def remeasure(task: TophubTask, work_dir: Path, target, repeat: int = 7) -> float | None:
     """Build the run's best schedule and time it again (median seconds), or None if it has none."""
-    database = ms.database.JSONDatabase(str(work_dir / "database_workload.json"),
-                                        str(work_dir / "database_tuning_record.json"), allow_missing=False)
-    sch = ms.tir_integration.compile_tir(database, task.mod(), target)
+    sch = ms.tir_integration.compile_tir(TuningDatabase(work_dir).open(), task.mod(), target)
     if sch is None:
         return None
     device = device_for(target)
@@ -308,4 +305,5 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     return 0
 
 
-__all__ = ["TASKS", "main", "plot_reach", "project_tophub", "reach_fractions", "read_curve", "summarise", "trials_to_reach"]
+__all__ = ["TASKS", "main", "plot_reach", "project_tophub", "reach_fractions", "read_curve", "summarise",
+           "trials_to_reach"]

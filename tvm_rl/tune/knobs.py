@@ -41,8 +41,8 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
 from ..errors import TvmRlError
-from .intrin import preload_tensor_intrinsics
 from ..interrupt import interrupt_pending
+from .intrin import preload_tensor_intrinsics
 
 TILE, CATEGORICAL, COMPUTE_LOCATION = "tile", "categorical", "compute_location"
 _ENTER_POSTPROC = "EnterPostproc"

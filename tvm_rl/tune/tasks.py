@@ -6,7 +6,6 @@ interrupted run resumes where it stopped (MetaSchedule appends each record as it
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter
@@ -18,16 +17,15 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
+from ..database import TuningDatabase
 from ..errors import TargetError, TvmRlError
-from ..database import open_database
 from ..interrupt import interruptible
 from ..measure import kernel_stage, parse_target
 from . import search_strategy
-from .search_strategy.exhaustion import StopWhenExhausted
 from .intrin import preload_tensor_intrinsics
 from .measure_callback import ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
-
+from .search_strategy.exhaustion import StopWhenExhausted
 
 
 def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target | str) -> list[ms.ExtractedTask]:
@@ -41,23 +39,9 @@ def records_per_workload(database: ms.Database) -> Counter:
     return Counter(tvm_ffi.structural_hash(r.workload.mod) for r in database.get_all_tuning_records())
 
 
-EXHAUSTED = "exhausted.json"  # in a work dir: workloads whose design space ran out, with their record counts
-
-
-def read_exhausted(work_dir: Path) -> dict[str, int]:
+def read_exhausted(work_dir: str | Path) -> dict[str, int]:
     """{structural hash: records it had when its search ran out of new candidates} of a work dir."""
-    path = Path(work_dir) / EXHAUSTED
-    try:
-        data = json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        return {}  # a file cut short by a killed run: at worst those kernels are searched once more
-    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
-def _write_exhausted(work_dir: Path, exhausted: dict[str, int]) -> None:
-    tmp = Path(work_dir) / (EXHAUSTED + ".tmp")
-    tmp.write_text(json.dumps(exhausted, indent=0))
-    tmp.replace(Path(work_dir) / EXHAUSTED)
+    return TuningDatabase(work_dir).read_exhausted()
 
 
 def prepare_metaschedule_logging(verbose: bool = False) -> None:
@@ -128,10 +112,10 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
     interrupted run resumes.
 
-    `strategy` is a MetaSchedule SearchStrategy or a name `search_strategy.create` knows ("ppo" is PPOSearch); by default
-    `search_strategy.evolutionary()` (evolutionary search), which is wrapped so that a task whose space is exhausted ends
-    instead of being re-searched for nothing (the knob-space strategies end such tasks themselves, and may
-    measure fewer than `trials_per_iter` in a round on purpose). The default builder is a process-wide
+    `strategy` is a MetaSchedule SearchStrategy or a name `search_strategy.create` knows ("ppo" is PPOSearch); by
+    default `search_strategy.evolutionary()` (evolutionary search), which is wrapped so that a task whose space is
+    exhausted ends instead of being re-searched for nothing (the knob-space strategies end such tasks themselves, and
+    may measure fewer than `trials_per_iter` in a round on purpose). The default builder is a process-wide
     PersistentBuilder, so its warm workers serve every call. Progress is one line per measured batch;
     MetaSchedule's own per-task tables go to `work_dir/ms_logs` (and the console if `verbose`).
 
@@ -145,10 +129,11 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         raise TvmRlError("check_results runs each candidate on this machine, so it needs the local runner; "
                          "drop it to measure remotely")
     work_dir = Path(work_dir)
-    database = open_database(work_dir)
+    folder = TuningDatabase(work_dir)
+    database = folder.open()
     report = TuneReport()
     done = records_per_workload(database)
-    exhausted = read_exhausted(work_dir)
+    exhausted = folder.read_exhausted()
     todo, budgets, keys = [], [], []
     for name, mod, weight in workloads:
         report.tasks += 1
@@ -180,9 +165,9 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                 for (name, mod, _), logger, rand_state in zip(todo, loggers, ms.utils.fork_seed(seed, n=len(todo)))]
     if check_results:
         runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner)
-    report.failure_log = work_dir / "failures.jsonl"
+    report.failure_log = folder.failures_path
     # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
-    with interruptible(lambda: _resume_hint(work_dir)):
+    with interruptible(lambda: _resume_hint(folder)):
         for budget in sorted(set(budgets)):
             group = [i for i, b in enumerate(budgets) if b == budget]
             failures = FailureLog(report.failure_log, [names[i] for i in group])
@@ -202,7 +187,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         if 0 < after.get(key, 0) < trials_per_kernel:  # the search ended short of its budget: space exhausted
             exhausted[str(key)] = after[key]
     if exhausted:
-        _write_exhausted(work_dir, exhausted)
+        folder.write_exhausted(exhausted)
     report.measured = sum(after.values()) - sum(done.values())
     report.seconds = time.perf_counter() - start
     return database, report
@@ -221,8 +206,7 @@ def _is_local(runner: ms.Runner | str) -> bool:
     return runner == "local" if isinstance(runner, str) else isinstance(runner, ms.runner.LocalRunner)
 
 
-def _resume_hint(work_dir: Path) -> str:
-    records = work_dir / "database_tuning_record.json"
-    count = sum(1 for _ in open(records, "rb")) if records.is_file() else 0
-    return (f"interrupted; the {count} measured records so far are kept in {records}. Run the same command "
-            "again to resume: each kernel gets what is left of its budget, nothing is measured twice.")
+def _resume_hint(folder: TuningDatabase) -> str:
+    return (f"interrupted; the {folder.record_count()} measured records so far are kept in {folder.records_path}. "
+            "Run the same command again to resume: each kernel gets what is left of its budget, nothing is "
+            "measured twice.")

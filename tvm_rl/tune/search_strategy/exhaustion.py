@@ -11,6 +11,7 @@ in the database.
 from __future__ import annotations
 
 from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.database import Database
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 
 
@@ -24,7 +25,8 @@ class StopWhenExhausted(PySearchStrategy):
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)
 
-    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database: Database | None = None,
+                   cost_model=None) -> None:
         self.per_iter, self.exhausted = num_trials_per_iter, False
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
 

@@ -52,8 +52,8 @@ class KnobSearch(PySearchStrategy):
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self.context = context
 
-    def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: list, database=None,
-                   cost_model=None) -> None:
+    def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: list,
+                   database: ms.Database | None = None, cost_model=None) -> None:
         if self.context is None:
             raise RuntimeError(f"{type(self).__name__} was not initialised with a TuneContext")
         self.max_trials, self.per_iter = int(max_trials), int(num_trials_per_iter)
