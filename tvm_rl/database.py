@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
 EXHAUSTED = "exhausted.json"  # workloads whose design space ran out, with their record counts then
+ROOFLINE = "roofline.json"  # the graph proxy's rooflines fitted to these kernels (`graph.calibration`)
 FAILURES = "failures.jsonl"  # why candidates failed (`tune.runner.FailureLog`); the records keep only 1e10 s
 
 
@@ -216,6 +217,11 @@ class TuningDatabase:
     def failures_path(self) -> Path:
         """`failures.jsonl`: why failed candidates failed, one JSON line each."""
         return self.path / FAILURES
+
+    @property
+    def roofline_path(self) -> Path:
+        """`roofline.json`: the graph proxy's rooflines fitted to this database's kernels, redone as it grows."""
+        return self.path / ROOFLINE
 
     @property
     def tag(self) -> str:

@@ -52,6 +52,7 @@ def test_the_owner_names_the_folder_files(tmp_path):
     assert db.workloads_path == tmp_path / "database_workload.json"
     assert db.records_path == tmp_path / "database_tuning_record.json"
     assert db.exhausted_path == tmp_path / "exhausted.json" and db.failures_path == tmp_path / "failures.jsonl"
+    assert db.roofline_path == tmp_path / "roofline.json"
     assert db.is_empty() and db.record_count() == db.workload_count() == db.failure_count() == 0
     assert list(db.run_seconds()) == []
     with pytest.raises(DatabaseError, match="empty path"):

@@ -99,7 +99,7 @@ def tuned_roofline(work_dir: TuningDatabase | str | os.PathLike,
     """
     folder = _folder(work_dir)
     stamp = folder.records_path.stat().st_size
-    path = folder.path / "roofline.json"
+    path = folder.roofline_path
     if path.exists():
         try:
             saved = json.loads(path.read_text())
