@@ -3,7 +3,6 @@
 Each test rebuilds the smallest graph showing the bug (the fuzzer's own graphs were larger).
 """
 import numpy as np
-
 from tvm import relax
 
 from tvm_rl.graph import testing as T

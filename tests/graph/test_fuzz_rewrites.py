@@ -8,7 +8,6 @@ from collections import Counter
 import pytest
 import tvm_ffi
 from hypothesis import HealthCheck, given, settings
-
 from tvm import relax
 
 from tvm_rl.graph import fuzz

@@ -4,7 +4,6 @@ Each model's original and rewritten variants are compiled together in a few buil
 keeps the whole file to two or three minutes; the slow test checks every single match on its own as well.
 """
 import pytest
-
 from tvm import relax
 from tvm.ir import Call
 

@@ -4,14 +4,28 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from tvm import relax
 from tvm.ir import TupleGetItem
 
 from tvm_rl.graph import testing as T
 from tvm_rl.graph.fingerprint import same_graph
-from tvm_rl.graph.rules import AllMatches, RuleError, all_rules, get_rule, rule_names, with_all_matches
-from tvm_rl.graph.rules import attention, concat, conv, layout, linear, matmul, nhwc, pool, simplify
+from tvm_rl.graph.rules import (
+    AllMatches,
+    RuleError,
+    all_rules,
+    attention,
+    concat,
+    conv,
+    get_rule,
+    layout,
+    linear,
+    matmul,
+    nhwc,
+    pool,
+    rule_names,
+    simplify,
+    with_all_matches,
+)
 from tvm_rl.graph.rules.ir import const, static_shape
 from tvm_rl.graph.verify import compare_variants
 
@@ -190,7 +204,7 @@ class BrokenIdentityArith(simplify.IdentityArith):
 class BrokenDedup(simplify.DedupOps):
     def find(self, g):  # compares the operator only, not the arguments
         seen, out = {}, []
-        for n, c in g.calls("relax.nn.relu"):
+        for n, _c in g.calls("relax.nn.relu"):
             if "relu" in seen:
                 out.append(self.match((seen["relu"], n), "bad"))
             seen.setdefault("relu", n)
@@ -609,7 +623,7 @@ def test_nhwc_regions_then_permute_motion_cancel_the_transposes_between_convs():
         if not found:
             break
         cur = found[0][0].apply(cur, found[0][1])
-    count = lambda m: sum(1 for b in m["main"].body.blocks[0].bindings
+    count = lambda m: sum(1 for b in m["main"].body.blocks[0].bindings  # noqa: E731
                           if getattr(getattr(b.value, "op", None), "name", "") == "relax.permute_dims")
     assert count(nhwc_mod) == 4 and count(cur) == 2
     assert_exact(mod, {"nhwc": nhwc_mod, "cancelled": cur})

@@ -4,7 +4,6 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
-
 import tvm
 from tvm import relax
 

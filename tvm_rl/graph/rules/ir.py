@@ -11,7 +11,6 @@ from collections import Counter, OrderedDict
 from typing import Iterator
 
 import numpy as np
-
 import tvm
 from tvm import relax
 from tvm.ir import Call, GenericConst, Op, Tuple, TupleGetItem, Var

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 from tvm import relax
 from tvm.ir import Var
 

@@ -3,7 +3,6 @@ ops so that the transposes between consecutive NHWC convolutions meet and cancel
 from __future__ import annotations
 
 import numpy as np
-
 from tvm import relax
 
 from .base import Match, Rule, register

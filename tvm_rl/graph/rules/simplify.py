@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import numpy as np
-
 import tvm_ffi
 from tvm.ir import Call, Tuple, TupleGetItem, Var
 
-from .base import Match, Rule, register
 from ..fingerprint import expr_key
+from .base import Match, Rule, register
 from .ir import Edit, Graph, float_tensor
 
 # op -> (neutral element, positions of x allowed): x - 0 and x / 1 only with x on the left.
