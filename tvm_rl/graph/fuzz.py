@@ -26,16 +26,15 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
-
 import tvm
 import tvm_ffi
 from tvm import relax
 from tvm.ir import TupleGetItem
 
-from .candidates import enumerate_candidates
-from .rules import Match, all_rules, rule_names
 from .. import measure
 from ..errors import MismatchError
+from .candidates import enumerate_candidates
+from .rules import Match, all_rules, rule_names
 from .verify import random_inputs, run_variants
 
 R = relax.op
@@ -165,11 +164,13 @@ class GraphGen:
         b = self.const(*shape, scale=0.5)
         return self.emit(R.add(self.read(y), b) if self.chance(0.7) else R.add(b, self.read(y)))
 
-    def _batch_norm(self, y: _Tensor) -> _Tensor:
-        c = y.shape[1]
+    def _batch_norm(self, y: _Tensor, axis: int = 1) -> _Tensor:
+        """An inference (now and then training) batch_norm over `axis` (its parameters as long as that axis)."""
+        c = y.shape[axis]
+        axis = axis - len(y.shape) if self.chance(0.3) else axis  # a negative axis names the same one
         training = self.chance(0.08)
         bn = self.emit(R.nn.batch_norm(self.read(y), self.const(c, low=0.5, high=1.5), self.const(c, scale=0.5),
-                                       self.const(c, scale=0.5), self.const(c, low=0.5, high=1.5), axis=1,
+                                       self.const(c, scale=0.5), self.const(c, low=0.5, high=1.5), axis=axis,
                                        epsilon=float(self.choice([1e-5, 1e-3])), center=self.chance(0.9),
                                        scale=self.chance(0.9), training=training))
         return self.emit(TupleGetItem(bn.var, 0))
@@ -187,12 +188,20 @@ class GraphGen:
         pad = k // 2 if self.chance(0.85) else int(self.rng.integers(0, k))
         if self.chance(0.15):  # TensorFlow's SAME padding: one more at the bottom and right
             pad = (pad, pad, pad + 1, pad + 1)
-        dilation = 2 if k > 1 and self.chance(0.1) else 1
+        # Dilated (and strided) convs: a rewrite that drops an attribute changes the shape or the values.
+        dilation = self.choice([2, 3]) if k > 1 and self.chance(0.2) else 1
+        bn_axis = 1
+        if self.chance(0.1):
+            # A batch norm over the batch or a spatial axis, as long as the channels: its parameters' shape fits
+            # the channels too, so only fold_batchnorm's axis check tells it apart. Same padding and stride 1 keep
+            # the input's H and W, so out_c can be chosen to equal the axis.
+            bn_axis = self.choice([0, 2, 3])
+            groups, stride, pad, out_c = 1, 1, None, x.shape[bn_axis]
         y = self._conv(x, out_c, k, stride, pad, groups, dilation)
         if self.chance(0.35):
             y = self._bias(y)
-        if self.chance(0.45):
-            y = self._batch_norm(y)
+        if bn_axis != 1 or self.chance(0.45):
+            y = self._batch_norm(y, bn_axis)
             if self.dtype == "float16":
                 # TVM legalizes a float16 batch_norm to float32 outputs (its declared type says float16), so
                 # any float16 operator reading it fails to build: keep it an output of the graph.
@@ -368,9 +377,14 @@ class GraphGen:
         if four_d:
             scores = self.emit(R.reshape(self.read(scores), (b, heads, s, s)))
         scale = 1.0 / np.sqrt(hd)
-        kind = self.choice(["mul", "mul", "div", "none", "mul_tensor"])
+        kind = self.choice(["mul", "mul", "div", "none", "mul_tensor", "rdiv"])
         if kind == "mul":
             scores = self.emit(R.multiply(self.read(scores), self.scalar(scale)))
+        elif kind == "rdiv" and self.dtype == "float32":  # c / scores is no scale: no fusion
+            # The constant added first keeps the divisor away from zero, so legitimate rewrites stay well
+            # conditioned; fuse_attention would still take a divide on the wrong side as a scale.
+            scores = self.emit(R.add(self.read(scores), self.scalar(20.0)))
+            scores = self.emit(R.divide(self.scalar(20.0), self.read(scores)))
         elif kind == "div":
             scores = self.emit(R.divide(self.read(scores), self.scalar(1.0 / scale)))
         elif kind == "mul_tensor":  # a per-head factor is not a scalar: no fusion
