@@ -13,7 +13,6 @@ from tvm_rl import measure
 from tvm_rl.database import TuningDatabase, as_database, open_database
 from tvm_rl.errors import DatabaseError, DatabaseTypeError
 from tvm_rl.graph import calibration, cost
-from tvm_rl.tune.tasks import read_exhausted
 
 
 def _matmul(n: int = 16) -> tvm.IRModule:
@@ -83,7 +82,7 @@ def test_exhausted_marks_round_trip(tmp_path):
     db = TuningDatabase(tmp_path)
     assert db.read_exhausted() == {}
     db.write_exhausted({"123": 4})
-    assert db.read_exhausted() == read_exhausted(tmp_path) == {"123": 4}
+    assert db.read_exhausted() == TuningDatabase(tmp_path).read_exhausted() == {"123": 4}
     db.exhausted_path.write_text('{"123": ')  # cut short by a killed run
     assert db.read_exhausted() == {}
 

@@ -11,16 +11,10 @@ from tvm_rl import models
 from tvm_rl.graph import cost as costs
 from tvm_rl.graph import profiles, roofline
 from tvm_rl.graph import testing as T
-from tvm_rl.graph.agent import (
-    DEFAULT_POLICY,
-    Decision,
-    GraphActorCritic,
-    PolicyConfig,
-    PolicyError,
-    decision_from_observation,
-)
+from tvm_rl.graph.agent import DEFAULT_POLICY, GraphActorCritic, PolicyConfig, PolicyError
 from tvm_rl.graph.env import GraphRewriteEnv
 from tvm_rl.graph.fingerprint import same_graph
+from tvm_rl.graph.observation import Decision, decision_from_observation
 from tvm_rl.graph.rewrite_pass import RLRewritePass
 from tvm_rl.graph.train import (
     Batch,

@@ -6,9 +6,10 @@ import tvm
 from tvm import te
 
 from tvm_rl import measure, models
+from tvm_rl.database import TuningDatabase
 from tvm_rl.tune import extract_tasks, open_database, tune_model, tune_workloads
 from tvm_rl.tune.search_strategy.exhaustion import StopWhenExhausted
-from tvm_rl.tune.tasks import read_exhausted, records_per_workload
+from tvm_rl.tune.tasks import records_per_workload
 
 
 class FakeStrategy:
@@ -74,6 +75,6 @@ def test_an_exhausted_kernel_is_not_searched_again(cpu, tmp_path):
     db, first = tune_workloads(workload, cpu, tmp_path, trials_per_kernel=32, trials_per_iter=8)
     have = sum(records_per_workload(db).values())
     assert first.tuned == ["scale8"] and 0 < have < 32
-    assert list(read_exhausted(tmp_path).values()) == [have]
+    assert list(TuningDatabase(tmp_path).read_exhausted().values()) == [have]
     _, again = tune_workloads(workload, cpu, tmp_path, trials_per_kernel=32, trials_per_iter=8)
     assert again.skipped == ["scale8"] and again.tuned == [] and again.measured == 0

@@ -15,9 +15,7 @@ from torch import nn
 
 from ..errors import CheckpointError
 from .gnn import GraphEncoder, batch_graphs
-
-# Decision and decision_from_observation are imported from here too.
-from .observation import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, Decision, FeatureSpec, decision_from_observation  # noqa: F401
+from .observation import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, Decision, FeatureSpec
 
 FORMAT = "tvm-rl graph policy"
 VERSION = 1

@@ -25,21 +25,13 @@ from gymnasium import spaces
 from . import cost as costs
 from . import roofline
 from .candidates import CandidateSet, Shortlist, enumerate_candidates
-
-# Re-exported: the policy's input moved to `observation`, and callers import these names from here.
-from .observation import (  # noqa: F401
+from .observation import (
     EDGE_FEATURES,
     GLOBAL_FEATURES,
-    MAX_RANK,
-    N_SHAPE,
     NODE_FEATURES,
-    OP_VOCAB,
-    Decision,
     EncodingCache,
     FeatureSpec,
-    GraphTensors,
     encode,
-    global_features,
     observe,
     padded,
 )

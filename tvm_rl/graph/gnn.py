@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .env import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, GraphTensors
+from .observation import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, GraphTensors
 
 
 @dataclass

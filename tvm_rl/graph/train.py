@@ -31,8 +31,8 @@ from ..interrupt import interrupt_pending
 from ..rl.ppo import Evaluate, PPOParams, gae
 from ..rl.ppo import ppo_loss as rl_ppo_loss
 from ..rl.ppo import ppo_update as rl_ppo_update
-from .agent import Decision, GraphActorCritic, PolicyConfig, decision_from_observation
-from .observation import FeatureSpec
+from .agent import GraphActorCritic, PolicyConfig
+from .observation import Decision, FeatureSpec, decision_from_observation
 from .rules import all_rules, with_all_matches
 
 

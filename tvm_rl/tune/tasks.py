@@ -39,11 +39,6 @@ def records_per_workload(database: ms.Database) -> Counter:
     return Counter(tvm_ffi.structural_hash(r.workload.mod) for r in database.get_all_tuning_records())
 
 
-def read_exhausted(work_dir: str | Path) -> dict[str, int]:
-    """{structural hash: records it had when its search ran out of new candidates} of a work dir."""
-    return TuningDatabase(work_dir).read_exhausted()
-
-
 def prepare_metaschedule_logging(verbose: bool = False) -> None:
     """Get MetaSchedule's logger ready for a tuning call (which re-runs its logging set-up every time).
 
