@@ -6,7 +6,7 @@ per-kernel sum, and the roofline proxy over lowered kernels and over Relax bindi
 hardware figures (`roofline.default_hardware`), then calibrated leave-one-model-out: the roofline for model M is
 fitted on the measured kernels of the *other* models only, one roofline for all kernels (`roofline.calibrate`) and
 one per kernel kind (`roofline.calibrate_by_kind`: conv, matmul, pool, reduce, element-wise). Kernels are untuned unless
-a MetaSchedule work dir is given (on CPU untuned kernels are naive loops: see DESIGN.md).
+a MetaSchedule work dir is given (on CPU untuned kernels are naive loops: see docs/limits.md).
 """
 import argparse
 import json

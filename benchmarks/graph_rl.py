@@ -6,7 +6,7 @@ against the original's outputs and timed end to end (median of --repeat). The se
 steered by the roofline proxy; the RL pass confirms its result by measurement (as users get it by default), so
 it never returns a slower graph. "seen" marks models (at that size) the policy was trained on: the others
 measure generalisation. Resumable: models already in logs/graph_rl_<target>_<size>.json are skipped unless
---force; the file is rewritten after every model. On CPU, untuned kernels are naive loops (DESIGN.md).
+--force; the file is rewritten after every model. On CPU, untuned kernels are naive loops (docs/limits.md).
 """
 import argparse
 import json

@@ -10,7 +10,7 @@ same measurement and replaced by the original if no faster (--no-confirm shows t
 Resumable: models already in logs/graph_search_<target>_<size>.json are skipped unless --force; the file is
 rewritten after every model. The roofline proxy is fitted to --database's tuned kernels when one is given
 (`graph.calibration`), else nominal. Quick by default (tiny models, roofline cost, 10 backtracking expansions). On CPU,
-untuned kernels are naive loops (DESIGN.md): untuned speedups are not what a user of tuned builds gets.
+untuned kernels are naive loops (docs/limits.md): untuned speedups are not what a user of tuned builds gets.
 """
 import argparse
 import json

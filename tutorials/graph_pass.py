@@ -5,8 +5,8 @@ TVM's default build (the exported graph as it is), TVM's own built-in Relax rewr
 search over the same rewrite rules? The pass is an ordinary `tvm.transform` module pass, so it goes into a
 `Sequential` before `tvm.compile`, like any other.
 
-Every variant is built with the same kernel schedules and checked against the original's outputs. On this CPU,
-untuned kernels are naive loops (see DESIGN.md), so the full run tunes every kernel of every variant with
+Every variant is built with the same kernel schedules and checked against the original's outputs. On CPU,
+untuned kernels are naive loops (see docs/limits.md), so the full run tunes every kernel of every variant with
 MetaSchedule's evolutionary search to the same 16 trials into one shared database (`logs/tuning/llvm`, the
 baseline's): a kernel that only a rewrite creates gets the same tuning as the original's. Greedy search and the
 pass are steered by the roofline proxy and confirmed by that measurement, so neither returns a slower graph.
@@ -14,7 +14,7 @@ pass are steered by the roofline proxy and confirmed by that measurement, so nei
 - **Quick** (`--quick`, ~2 min, run in CI): tiny models, untuned kernels.
 - **Full** (default, ~30 min with the kernels already tuned by `benchmarks/graph_rl.py`): the zoo's full-size BERT and
   ResNeXt-50 with tuned kernels, the settings of `benchmarks/graph_rl.py --size full --tune-trials 16`, whose
-  table in the README covers every zoo model.
+  table in docs/results/graph_rl.md covers every zoo model.
 """
 import argparse
 import json

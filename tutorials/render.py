@@ -8,6 +8,7 @@ from a command written next to it.
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 import subprocess
 import sys
@@ -46,8 +47,10 @@ def render(script: Path, args: list[str]) -> Path:
             shutil.copyfile(f, kept)
         shown.append(kept)
     images = "\n".join(f"![{f.stem}]({_rel(f, page.parent)})" for f in shown)
-    page.write_text(f"{prose}\n\n## Run it\n\n```\n{command}\n```\n\nThis run took {minutes:.1f} min on a 2-core "
-                    f"CPU.\n\n## The code\n\n```python\n{body}\n```\n\n## What it printed\n\n```\n"
+    # The core count of the machine that made the page, so its timing reads in context wherever it was run.
+    page.write_text(f"{prose}\n\n## Run it\n\n```\n{command}\n```\n\nThis run took {minutes:.1f} min on a "
+                    f"{os.cpu_count()}-core CPU.\n\n## The code\n\n```python\n{body}\n```\n\n"
+                    "## What it printed\n\n```\n"
                     + "\n".join(printed).strip() + "\n```\n" + (f"\n{images}\n" if images else ""))
     return page
 

@@ -24,7 +24,7 @@ from .errors import BuildError, MismatchError, TargetError
 
 
 def host_cpu_target(mcpu: str | None = None, cores: int | None = None) -> tvm.target.Target:
-    """An LLVM target for this machine's CPU (its `mcpu` detected by LLVM, unless given)."""
+    """An LLVM target for the host's CPU (its `mcpu` detected by LLVM, unless given)."""
     mcpu = mcpu or tvm.target.codegen.llvm_get_system_cpu()
     return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": cores or os.cpu_count() or 1})
 
@@ -40,7 +40,7 @@ def cuda_target(arch: str = "sm_90") -> tvm.target.Target:
 
 
 def parse_target(spec: str | dict | tvm.target.Target) -> tvm.target.Target:
-    """A Target from "llvm" / "cpu" (this CPU), "cuda" / "cuda:sm_80", a JSON dict (or its text), or a Target."""
+    """A Target from "llvm" / "cpu" (the host's CPU), "cuda" / "cuda:sm_80", a JSON dict (or its text), or a Target."""
     if isinstance(spec, tvm.target.Target):
         return spec
     if isinstance(spec, str):

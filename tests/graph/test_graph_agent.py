@@ -400,7 +400,7 @@ def test_dynamic_shapes_are_left_untouched_and_said_so():
 
 @pytest.mark.slow
 def test_shipped_policy_keeps_every_tiny_zoo_model_equivalent(cpu):
-    assert DEFAULT_POLICY.is_file(), "the shipped policy is missing: see README (graph policy) for the command"
+    assert DEFAULT_POLICY.is_file(), "the shipped policy is missing: docs/graph_pass.md has the command that made it"
     policy = GraphActorCritic.load()
     for name in models.names():
         m = models.load(name, "tiny")

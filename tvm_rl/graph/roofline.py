@@ -59,7 +59,8 @@ def op_kind(name: str) -> str:
         kind = "group_conv" if "group" in name or "depthwise" in name else "conv"
         return f"{kind}_nhwc" if "nhwc" in name else kind
     # Attention is its own kind: its tuned kernel (two batch matmuls around a softmax) ran at a fraction of a
-    # tuned matmul's rate here, and priced as a matmul every transformer search preferred it, 20-45% slower.
+    # tuned matmul's rate on a 2-core CPU (docs/results/graph_search.md), and priced as a matmul every
+    # transformer search preferred it, 20-45% slower.
     if "attention" in name or ("matmul" in name and "softmax" in name):
         return "attention"
     if "matmul" in name or "dense" in name:

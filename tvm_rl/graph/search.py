@@ -110,7 +110,7 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
     initial = cost(mod)
     tie = itertools.count()  # equal costs pop in insertion order: deterministic
     # A queued graph is kept as (parent, rule, match) and rebuilt when popped: on full-size models each
-    # candidate carries its own folded weights, and holding every queued graph exhausted 24 GB on VGG-16.
+    # candidate carries its own folded weights, and holding every queued graph ran a 24 GB host out of memory on VGG-16.
     # Parents are graphs already expanded (at most `budget` of them). Graphs seen are remembered by key only.
     queue = [(initial, next(tie), None, None, [])]
     seen = {module_key(mod)}

@@ -166,8 +166,8 @@ class CheckedRunner(PyRunner):
     with its argument shapes and dtypes and passes if its buffers after one run equal one of theirs (within
     rtol/atol) from the same seeded random start: a wrong kernel could only pass by computing exactly another
     task's function of the same signature. References are built for the CPU (LLVM) once per workload; the
-    candidate runs on its own device (`RunnerInput.device_type`) on this machine, so a remote runner's
-    device cannot be checked here. A candidate of an unknown signature is passed on unchecked, with a warning.
+    candidate runs on its own device (`RunnerInput.device_type`) on the local host, so a remote runner's
+    device cannot be checked. A candidate of an unknown signature is passed on unchecked, with a warning.
     `timeout_sec` (default: the inner runner's) bounds the check's run.
     """
 
