@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# CPU build of torch (on these machines it lies on local disk); GPU users pre-install their own torch.
+# The CPU build of torch (a GPU user installs their own CUDA torch into .venv first, and it is kept).
 TORCH ?= torch==2.13.0
 
 .PHONY: demo test test-fast lint venv clean

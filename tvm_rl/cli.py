@@ -6,15 +6,13 @@ import sys
 
 from .errors import TvmRlError
 
-DEMO_ARGS = ["--models", "resnet18", "--size", "tiny", "--trials-per-kernel", "8", "--out", "logs/demo.json",
-             "--db-dir", "logs/tuning/demo"]
-
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(prog="tvm-rl", description="RL graph rewriting and schedule tuning for TVM.")
     sub = ap.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="tune and benchmark the default model (ResNet-18, tiny) against PyTorch and ORT")
+    sub.add_parser("demo", help="tvm_rl.optimize on a built-in CNN block beside TVM's default build, MetaSchedule, "
+                   "PyTorch and ONNX Runtime (see `tvm-rl demo --help`)", add_help=False)
     sub.add_parser("bench", help="baseline benchmark of zoo models (see `tvm-rl bench --help`)", add_help=False)
     sub.add_parser("tune", help="tune TopHub tasks or a model's kernels (see `tvm-rl tune --help`)", add_help=False)
     sub.add_parser("bench-tuner", help="compare search strategies on TopHub tasks (`tvm-rl bench-tuner --help`)",
@@ -64,12 +62,13 @@ def _run(command: str, rest: list[str]) -> int:
         from .tune.benchmark import main as tuner_bench
 
         return tuner_bench(rest, prog="tvm-rl bench-tuner")
+    if command == "demo":
+        from .demo import main as demo_main
+
+        return demo_main(rest)
     from . import bench
 
-    if command == "demo":
-        bench.main(DEMO_ARGS + rest, prog="tvm-rl demo")
-    else:
-        bench.main(rest, prog="tvm-rl bench")
+    bench.main(rest, prog="tvm-rl bench")
     return 0
 
 

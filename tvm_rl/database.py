@@ -265,12 +265,18 @@ class TuningDatabase:
     def run_seconds(self) -> Iterator[list[float] | None]:
         """Each record's measured run seconds, in the order they were measured (TVM's reader returns them
         sorted by latency instead); None or [] for a record without. Nothing when there is no database."""
+        for _, secs in self.measurements():
+            yield secs
+
+    def measurements(self) -> Iterator[tuple[int, list[float] | None]]:
+        """(workload index, run seconds) of each record in the order measured; see `run_seconds`."""
         if not self.records_path.is_file():
             return
         self.check()
         with open(self.records_path, "rb") as f:
             for line in f:
-                yield json.loads(line)[1][1]
+                entry = json.loads(line)
+                yield entry[0], entry[1][1]
 
     def workload_count(self) -> int:
         """Lines in the workloads file, unchecked (cheap: for summaries)."""

@@ -61,6 +61,7 @@ class Optimized:
     database: tvm.s_tir.meta_schedule.Database | None  # None when the untuned build was kept
     inputs: list[np.ndarray]
     report: OptimizeReport
+    rewritten: tvm.IRModule | None = None  # the graph pass's output, also when the default build was kept
 
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         runner = measure.Runner(self.executable, self.target)
@@ -140,6 +141,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
         report.graph_rewrites, report.graph_reason = rl.last_report.applied, rl.last_report.reason
         seconds["graph pass"] = time.perf_counter() - t
 
+    rewritten = mod
     t = time.perf_counter()
     database, tuned = tune_model(mod, target, work / "tuning" / target.kind.name, trials_per_kernel=trials_per_kernel,
                                  trials_per_iter=min(8, trials_per_kernel), strategy=strategy, seed=seed)
@@ -165,4 +167,4 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     report.seconds = {k: round(v, 1) for k, v in seconds.items()}
     work.mkdir(parents=True, exist_ok=True)
     (work / f"optimize_{m.name}.json").write_text(json.dumps(asdict(report) | {"speedup": report.speedup}, indent=1))
-    return Optimized(mod, executable, target, database, m.inputs, report)
+    return Optimized(mod, executable, target, database, m.inputs, report, rewritten)

@@ -1,6 +1,9 @@
 """Turn a PyTorch module or an ONNX file into a Relax IRModule, with errors that name the model and the op."""
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -49,6 +52,22 @@ def torch_reference(module: torch.nn.Module) -> Reference:
     return run
 
 
+@contextlib.contextmanager
+def quiet_exporters():
+    """Hide the deprecation chatter torch.export and torch.onnx print about their own internals (pytree,
+    onnxscript): a user of tvm-rl can do nothing about it, and it buries the messages that matter."""
+    onnx_log = logging.getLogger("torch.onnx")
+    level = onnx_log.level
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        onnx_log.setLevel(max(level, logging.ERROR))
+        try:
+            yield
+        finally:
+            onnx_log.setLevel(level)
+
+
 def from_torch(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], name: str = "model") -> Model:
     """Export `module` with torch.export at the shapes of `example_inputs` and import it into Relax.
 
@@ -57,12 +76,13 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], 
     module = module.eval()
     example_inputs = tuple(example_inputs)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), quiet_exporters():
             program = torch.export.export(module, example_inputs)
     except Exception as err:  # torch raises many types here; all mean "cannot trace this model"
         raise ModelImportError(f"torch.export failed on model {name!r}: {type(err).__name__}: {err}") from err
     try:
-        mod = from_exported_program(program, keep_params_as_input=False, unwrap_unit_return_tuple=True)
+        with quiet_exporters():  # TVM's frontend deep-copies the program, which trips torch's pytree deprecation
+            mod = from_exported_program(program, keep_params_as_input=False, unwrap_unit_return_tuple=True)
     except AssertionError as err:
         if "Unsupported function types" in str(err):
             ops = str(err).split("Unsupported function types", 1)[1].strip()
@@ -155,7 +175,7 @@ def export_onnx(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
     """Write `module` to an ONNX file at `path` with the torch.export-based exporter (static shapes)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
+    with torch.no_grad(), quiet_exporters():
         torch.onnx.export(module.eval(), tuple(example_inputs), str(path), opset_version=opset, dynamo=True,
                           external_data=False, verbose=False)
     return path
