@@ -333,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         previous = [Mutant(**{**d, "span": tuple(d["span"])}) for d in json.loads(out.read_text())["mutants"]]
         again = {_key(m) for m in previous if m.status != "killed"}
         mutants = [m for m in mutants if _key(m) in again]
+    elif out.exists() and not args.list:  # results for files not in this run are kept (a run per file adds up)
+        ran = {m.file for m in mutants}
+        previous = [Mutant(**{**d, "span": tuple(d["span"])}) for d in json.loads(out.read_text())["mutants"]
+                    if d["file"] not in ran]
     if args.list:
         for m in mutants:
             print(f"{m.file}:{m.line:<4} {m.function:<24} {m.kind:<7} {m.original}")
