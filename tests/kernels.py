@@ -10,3 +10,41 @@ def matmul(n: int = 64) -> tvm.IRModule:
     k = te.reduce_axis((0, n), name="k")
     c = te.compute((n, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
+
+
+def fake_corpus(path, target, sizes=(8, 16, 32), per_workload: int = 12, fail_every: int = 0):
+    """A corpus folder (`tune.corpus` layout) without measuring: `per_workload` random schedules of an n^3
+    matmul per size, each given a made-up run time that depends on its schedule (every `fail_every`-th one
+    fails with 1e10 s). For tests of what reads a corpus: seconds instead of a measurement run."""
+    import json
+
+    import tvm_ffi
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_rl.tune.corpus import Corpus
+    from tvm_rl.tune.intrin import preload_tensor_intrinsics
+
+    preload_tensor_intrinsics()
+    corpus = Corpus(path)
+    entries = []
+    for n in sizes:
+        mod, name = matmul(n), f"matmul{n}"
+        ctx = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                             search_strategy=ms.search_strategy.ReplayTrace(), task_name=name, rand_state=n,
+                             num_threads=1)
+        ctx.pre_tuning(max_trials=per_workload, num_trials_per_iter=per_workload,
+                       design_spaces=ctx.generate_design_space(), database=None, cost_model=None)
+        candidates = ctx.generate_measure_candidates()
+        ctx.post_tuning()
+        db = corpus.database(name).open()
+        workload = db.commit_workload(mod)
+        for i, cand in enumerate(candidates):
+            secs = 1e10 if fail_every and i % fail_every == fail_every - 1 else \
+                1e-6 * n ** 3 / 64 * (1 + (tvm_ffi.structural_hash(cand.sch.mod) % 1000) / 250)
+            db.commit_tuning_record(ms.database.TuningRecord(cand.sch.trace, workload, [secs], target,
+                                                             cand.args_info))
+        entries.append({"name": name, "source": "test", "structural_hash": str(tvm_ffi.structural_hash(mod)),
+                        "records": len(candidates)})
+    corpus.write_manifest({"format": "tvm-rl corpus", "version": 1, "target": json.loads(str(target)),
+                           "target_kind": target.kind.name, "workloads": entries, "runs": []})
+    return corpus

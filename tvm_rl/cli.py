@@ -15,6 +15,8 @@ def main(argv: list[str] | None = None) -> int:
                    "PyTorch and ONNX Runtime (see `tvm-rl demo --help`)", add_help=False)
     sub.add_parser("bench", help="baseline benchmark of zoo models (see `tvm-rl bench --help`)", add_help=False)
     sub.add_parser("tune", help="tune TopHub tasks or a model's kernels (see `tvm-rl tune --help`)", add_help=False)
+    sub.add_parser("corpus", help="measure a corpus of schedules, pre-train a cost model on it, evaluate it "
+                   "(see `tvm-rl corpus --help`)", add_help=False)
     sub.add_parser("bench-tuner", help="compare search strategies on TopHub tasks (`tvm-rl bench-tuner --help`)",
                    add_help=False)
     sub.add_parser("optimize", help="graph pass + kernel tuning + build + check, end to end "
@@ -58,6 +60,10 @@ def _run(command: str, rest: list[str]) -> int:
         from .tune.command import main as tune_main
 
         return tune_main(rest)
+    if command == "corpus":
+        from .tune.corpus_command import main as corpus_main
+
+        return corpus_main(rest)
     if command == "bench-tuner":
         from .tune.benchmark import main as tuner_bench
 

@@ -88,12 +88,14 @@ def _backend(target: tvm.target.Target):
     return importlib.import_module(f"tvm.relax.backend.{name}.pipeline")
 
 
-def kernel_stage(mod: tvm.IRModule, target: tvm.target.Target, database: DatabaseLike = None) -> tvm.IRModule:
+def kernel_stage(mod: tvm.IRModule, target: tvm.target.Target, database: DatabaseLike = None,
+                 schedule_rest: bool = True) -> tvm.IRModule:
     """The module after the standard pipeline's dispatch, legalisation and fusion: one PrimFunc per kernel.
 
     With a MetaSchedule `database` (or a folder, opened by `as_database`), tuned schedules replace the kernels
-    it has records for. On GPU targets dlight then schedules the rest (TVM's default); on CPU untuned kernels
-    stay the naive loops TVM emits.
+    it has records for. On GPU targets dlight then schedules the rest (TVM's default) unless `schedule_rest` is
+    False (the kernels as the database lookup sees them: what tuning needs); on CPU untuned kernels stay the
+    naive loops TVM emits.
     """
     passes = [
         *_backend(target).library_dispatch_passes(target),
@@ -109,7 +111,7 @@ def kernel_stage(mod: tvm.IRModule, target: tvm.target.Target, database: Databas
         if database is not None:
             with database:
                 mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
-        if is_gpu(target):
+        if is_gpu(target) and schedule_rest:
             mod = _dlight(mod)
     return mod
 

@@ -29,9 +29,11 @@ from .search_strategy.exhaustion import StopWhenExhausted
 
 
 def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target | str) -> list[ms.ExtractedTask]:
-    """The distinct kernels of `mod` as MetaSchedule tasks, keyed exactly as `measure.build` looks them up."""
+    """The distinct kernels of `mod` as MetaSchedule tasks, keyed exactly as `measure.build` looks them up
+    (before dlight schedules a GPU build's untuned kernels: MetaSchedule skips scheduled functions, and the
+    database lookup sees the unscheduled ones)."""
     target = parse_target(target)
-    return list(ms.relax_integration.extract_tasks(kernel_stage(mod, target), target))
+    return list(ms.relax_integration.extract_tasks(kernel_stage(mod, target, schedule_rest=False), target))
 
 
 def records_per_workload(database: ms.Database) -> Counter:
@@ -84,8 +86,8 @@ class TuneReport:
 def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str | Path,
                trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy: ms.SearchStrategy | str | None = None,
                seed: int = 0, op_filter: str | None = None, builder: ms.Builder | None = None,
-               runner: ms.Runner | str = "local", verbose: bool = False,
-               check_results: bool = False) -> tuple[ms.Database, TuneReport]:
+               runner: ms.Runner | str = "local", verbose: bool = False, check_results: bool = False,
+               cost_model: ms.CostModel | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
 
     Kernels are extracted as `measure.build` looks them up, so the database applies to the build; the rest is
@@ -95,14 +97,15 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     check_local_device(target, runner)
     workloads = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
     return tune_workloads(workloads, target, work_dir, trials_per_kernel, trials_per_iter, strategy, seed,
-                          op_filter, builder, runner, verbose, check_results)
+                          op_filter, builder, runner, verbose, check_results, cost_model)
 
 
 def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target: tvm.target.Target | str,
                    work_dir: str | Path, trials_per_kernel: int = 64, trials_per_iter: int = 16,
                    strategy: ms.SearchStrategy | str | None = None, seed: int = 0, op_filter: str | None = None,
                    builder: ms.Builder | None = None, runner: ms.Runner | str = "local",
-                   verbose: bool = False, check_results: bool = False) -> tuple[ms.Database, TuneReport]:
+                   verbose: bool = False, check_results: bool = False,
+                   cost_model: ms.CostModel | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune (name, TIR module with one PrimFunc, weight) workloads into `work_dir`'s database, each up to
     `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
     interrupted run resumes.
@@ -117,6 +120,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     Failed candidates (build errors, crashes, timeouts) are counted in the report and their reasons appended
     to `work_dir/failures.jsonl`; `check_results` also fails candidates whose outputs differ from the
     unscheduled kernel's (`failures.CheckedRunner`). Ctrl-C raises TuningInterrupted, saying how to resume.
+    `cost_model` (e.g. `cost_model.create("xgb-pretrained", path=...)`) replaces MetaSchedule's default XGBModel
+    for every task of the call.
     """
     target = parse_target(target)
     check_local_device(target, runner)
@@ -173,7 +178,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                 task_weights=[todo[i][2] for i in group], work_dir=str(work_dir / "ms_logs"),
                 max_trials_global=budget * len(group), max_trials_per_task=budget,
                 num_trials_per_iter=min(trials_per_iter, budget), database=database,
-                builder=builder or shared_builder(), runner=runner)
+                builder=builder or shared_builder(), runner=runner,
+                cost_model=cost_model if cost_model is not None else "xgb")
             report.tuned += [names[i] for i in group]
             report.trials += budget * len(group)
             report.failures += failures.counts()

@@ -1,0 +1,197 @@
+"""The pre-trained cost model: training on a corpus, its file (round trip, across processes, clear errors), the
+online model MetaSchedule drives, and the leave-one-workload-out evaluation. Synthetic data or a corpus written
+without measuring (`kernels.fake_corpus`): seconds each."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from kernels import fake_corpus, matmul
+from tvm.s_tir import meta_schedule as ms
+
+from tvm_rl.errors import TvmRlError
+from tvm_rl.tune import cost_model
+from tvm_rl.tune import pretrained as P
+from tvm_rl.tune.corpus_command import main as corpus_main
+
+FAST = P.TrainConfig(max_rounds=40, early_stopping=10)
+
+
+def synthetic(n_workloads: int = 4, per: int = 24, seed: int = 0) -> list[P.WorkloadFeatures]:
+    """Workloads whose latency follows one hidden rule of the features (so there is something to transfer)."""
+    rng = np.random.default_rng(seed)
+    weights = rng.normal(size=164)
+    out = []
+    for w in range(n_workloads):
+        scale = 10.0 ** rng.uniform(-6, -3)  # workloads of very different sizes share one normalised scale
+        features, seconds = [], []
+        for _ in range(per):
+            x = rng.normal(size=(int(rng.integers(1, 4)), 164)).astype(np.float32)
+            features.append(x)
+            seconds.append(scale * np.exp(-x.sum(0)[:4] @ weights[:4]))  # a rule of a few features
+        seconds[-1] = 1e10  # one failed schedule per workload
+        out.append(P.WorkloadFeatures(f"w{w}", features, np.array(seconds), key=str(w)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, cpu):
+    return fake_corpus(tmp_path_factory.mktemp("corpus"), cpu, per_workload=14, fail_every=7)
+
+
+def test_targets_are_normalised_per_workload():
+    scores = P.normalized_scores(np.array([2e-3, 1e-3, 1e10, 4e-3]))
+    assert scores.tolist() == pytest.approx([0.5, 1.0, 0.0, 0.25])
+    assert P.normalized_scores(np.array([1e10, 1e10])).tolist() == [0.0, 0.0]
+
+
+def test_rank_metrics():
+    seconds = np.array([1.0, 2.0, 3.0, 4.0, 1e10])
+    perfect = P.rank_metrics(-seconds, seconds, top=2)
+    assert perfect == {"n": 4, "spearman": 1.0, "top2_has_best": True, "top2_ratio": 1.0}
+    backwards = P.rank_metrics(seconds, seconds, top=2)
+    assert backwards["spearman"] == -1.0 and backwards["top2_has_best"] is False and backwards["top2_ratio"] == 3.0
+    # A constant prediction ranks nothing, and its ties are broken against it.
+    flat = P.rank_metrics(np.zeros(5), seconds, top=2)
+    assert flat["spearman"] == 0.0 and flat["top2_has_best"] is False
+    assert P.rank_metrics(np.zeros(3), np.ones(3), top=8)["top8_ratio"] is None  # too few to rank a top 8
+
+
+def test_save_load_round_trip_gives_identical_predictions(tmp_path):
+    data = synthetic()
+    booster = P.train(data, FAST)
+    path = P.save_model(booster, tmp_path / "model.npz", {"target_kind": "llvm", "workloads": ["w0"]})
+    loaded, meta = P.load_model(path)
+    probe = data[0].features
+    assert np.array_equal(P.predict(booster, probe), P.predict(loaded, probe))
+    assert meta["target_kind"] == "llvm" and meta["extractor"] == P.EXTRACTOR and "xgboost" in meta
+    # ... and in another process (the file holds no pickled objects: numpy arrays and JSON text).
+    np.save(tmp_path / "probe.npy", np.concatenate(probe), allow_pickle=False)
+    code = ("import numpy as np, sys; from tvm_rl.tune import pretrained as P; b, _ = P.load_model(sys.argv[1]); "
+            "x = np.load(sys.argv[2]); counts = [int(c) for c in sys.argv[3].split(',')]; "
+            "parts = np.split(x, np.cumsum(counts)[:-1]); np.save(sys.argv[4], P.predict(b, parts))")
+    counts = ",".join(str(len(x)) for x in probe)
+    subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "probe.npy"), counts,
+                    str(tmp_path / "out.npy")], check=True)
+    assert np.array_equal(np.load(tmp_path / "out.npy"), P.predict(booster, probe))
+
+
+def test_missing_or_foreign_model_files_are_named(tmp_path):
+    missing = tmp_path / "nowhere" / "model.npz"
+    with pytest.raises(P.PretrainedModelError, match=str(missing)):
+        cost_model.create("xgb-pretrained", path=missing)
+    with pytest.raises(TvmRlError, match="needs the path"):
+        cost_model.create("xgb-pretrained")
+    junk = tmp_path / "junk.npz"
+    junk.write_bytes(b"not a model")
+    with pytest.raises(P.PretrainedModelError, match="junk.npz is not a tvm-rl pre-trained cost model"):
+        P.load_model(junk)
+    other = tmp_path / "other.npz"
+    np.savez(other, format=np.array("something else"), version=np.array(1))
+    with pytest.raises(P.PretrainedModelError, match="other.npz"):
+        P.load_model(other)
+
+
+def test_refining_adds_trees_to_a_copy():
+    data = synthetic()
+    base = P.train(data[1:], FAST)
+    rounds = base.num_boosted_rounds()
+    before = P.predict(base, data[0].features)
+    refined = P.refine(base, [data[0].subset(range(8))], FAST)
+    assert refined.num_boosted_rounds() == rounds + FAST.refine_rounds
+    assert base.num_boosted_rounds() == rounds and np.array_equal(P.predict(base, data[0].features), before)
+    assert not np.array_equal(P.predict(refined, data[0].features), before)
+    assert P.refine(base, [data[0].subset([23])], FAST) is base  # only a failure: nothing to fit
+
+
+def test_leave_one_workload_out_gives_a_row_per_workload():
+    data = synthetic(n_workloads=4)
+    result = P.evaluate(data, ks=(4, 8), top=4, config=FAST)
+    assert [r["workload"] for r in result["rows"]] == ["w0", "w1", "w2", "w3"]
+    row = result["rows"][0]
+    assert row["trained_on"] == 3 and row["records"] == 24 and row["valid"] == 23
+    assert set(row["k8"]) == {"pretrained", "cold", "refined"} and row["k8"]["cold"]["n"] == 15
+    assert row["pretrained"]["n"] == 23
+    assert {"pretrained (all records)", "k=4 cold", "k=8 refined"} <= set(result["summary"])
+    # The hidden rule is shared, so the model trained on the other workloads ranks the held-out one.
+    assert result["summary"]["pretrained (all records)"]["spearman_mean"] > 0.3
+    text = P.format_table(result)
+    assert "w3" in text and "k=8 refined" in text
+    folds = P.evaluate(data, ks=(8,), top=4, config=FAST, folds=2, heldout=["w1", "w2"])
+    assert [r["workload"] for r in folds["rows"]] == ["w1", "w2"] and folds["rows"][0]["trained_on"] == 2
+    with pytest.raises(TvmRlError, match="at least 2 workloads"):
+        P.evaluate(data[:1])
+
+
+def test_train_on_a_corpus_and_use_it_in_metaschedule(tmp_path, corpus, cpu):
+    data = P.corpus_features(corpus)
+    assert [d.name for d in data] == ["matmul8", "matmul16", "matmul32"]
+    assert all(len(d) == 14 and len(d.valid) == 12 and d.features[0].shape[1] == 164 for d in data)
+    cached = P.corpus_features(corpus)  # from features/<name>.npz
+    assert all(np.array_equal(a.seconds, b.seconds) and all(np.array_equal(x, y) for x, y in
+                                                            zip(a.features, b.features)) for a, b in zip(data, cached))
+    path, meta = P.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
+    assert [w["name"] for w in meta["workloads"]] == ["matmul8", "matmul16", "matmul32"]
+    assert meta["records"] == 42 and meta["target_kind"] == "llvm"
+
+    model = cost_model.create("xgb-pretrained", path=path)
+    records = corpus.load("matmul16")
+    context = ms.TuneContext(mod=records.mod, target=cpu, task_name="matmul16")
+    candidates = [r.as_measure_candidate() for r in records.records]
+    first = model.predict(context, candidates)
+    assert np.array_equal(first, P.predict(P.load_model(path)[0], data[1].features))
+    # MetaSchedule's update: the user's records refine it, starting again from the corpus booster each time.
+    results = [ms.runner.RunnerResult([s], None) for s in records.seconds[:8]]
+    model.update(context, candidates[:8], results)
+    assert model.data_size == 8 and not np.array_equal(model.predict(context, candidates), first)
+    model.save(str(tmp_path / "refined.npz"))
+    again, meta = P.load_model(tmp_path / "refined.npz")
+    assert np.array_equal(P.predict(again, data[1].features), model.predict(context, candidates))
+    assert list(meta["refined_on"].values()) == [8]
+    # A workload the corpus never saw is rated too.
+    other = ms.TuneContext(mod=matmul(24), target=cpu, space_generator="post-order-apply",
+                           search_strategy=ms.search_strategy.ReplayTrace(), task_name="m24", num_threads=1)
+    other.pre_tuning(max_trials=4, num_trials_per_iter=4, design_spaces=other.generate_design_space(),
+                     database=None, cost_model=None)
+    assert np.isfinite(model.predict(other, other.generate_measure_candidates())).all()
+
+
+def test_cli_train_and_evaluate(tmp_path, corpus, capsys):
+    out = tmp_path / "eval.json"
+    assert corpus_main(["train", "--corpus", str(corpus.path), "--out", str(tmp_path / "m.npz"),
+                        "--max-rounds", "30"]) == 0
+    assert "trained on 3 workloads, 42 schedules" in capsys.readouterr().out
+    assert corpus_main(["evaluate", "--corpus", str(corpus.path), "--out", str(out), "--ks", "4", "--top", "4",
+                        "--max-rounds", "30"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert [r["workload"] for r in result["rows"]] == ["matmul8", "matmul16", "matmul32"]
+    assert result["workloads"] == 3 and result["target"]["kind"] == "llvm"
+    assert "k=4 cold" in printed and str(out) in printed
+    assert corpus_main(["train", "--corpus", str(corpus.path), "--out", str(tmp_path / "m2.npz"), "--exclude",
+                        "matmul3*", "--max-rounds", "30"]) == 0
+    assert "leaving out 1 of 3 workloads" in capsys.readouterr().out
+    assert [w["name"] for w in P.load_model(tmp_path / "m2.npz")[1]["workloads"]] == ["matmul8", "matmul16"]
+    with pytest.raises(TvmRlError, match="matches no workload"):
+        corpus_main(["train", "--corpus", str(corpus.path), "--exclude", "resnet*"])
+
+
+def test_tune_takes_a_model_file(tmp_path, capsys):
+    from tvm_rl.cli import main as cli_main
+
+    missing = tmp_path / "model.npz"
+    assert cli_main(["tune", "--model", "resnet18", "--cost-model", str(missing), "--work-dir", str(tmp_path)]) == 2
+    assert f"pre-trained cost model {missing} does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_evolutionary_search_with_the_pretrained_model(tmp_path, corpus, cpu):
+    """tune_workloads measures with it from the first round and refines it on every batch."""
+    from tvm_rl.tune import tune_workloads
+
+    path, _ = P.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
+    model = cost_model.create("xgb-pretrained", path=path)
+    _, report = tune_workloads([("mm24", matmul(24), 1.0)], cpu, tmp_path / "db", trials_per_kernel=4,
+                               trials_per_iter=2, strategy="evolutionary", cost_model=model)
+    assert report.measured == 4 and model.data_size == 4
