@@ -1,12 +1,20 @@
-"""Graph RL benchmark: original, TVM's built-in Relax rewrites, greedy, backtracking and RLRewritePass per model.
+"""Graph RL ablation: the pass's arms (learned and not) and the search baselines per model, over seeds.
 
-`python benchmarks/graph_rl.py [--size tiny|full] [--models ...] [--policy PATH] [--database DIR]`
-Every variant is built with the same kernel schedules (untuned, or the given MetaSchedule work dir's), checked
-against the original's outputs and timed end to end (median of --repeat). The searches and the policy are
-steered by the roofline proxy; the RL pass confirms its result by measurement (as users get it by default), so
-it never returns a slower graph. "seen" marks models (at that size) the policy was trained on: the others
-measure generalisation. Resumable: models already in logs/graph_rl_<target>_<size>.json are skipped unless
---force; the file is rewritten after every model. On CPU, untuned kernels are naive loops (docs/limits.md).
+`python benchmarks/graph_rl.py [--size tiny|full] [--models ...] [--arms ...] [--seeds 0 1 2] [--no-measure]
+[--proxy-from JSON | --database DIR] [--policy PATH]`
+Arms (`tvm_rl.graph.arms`, `tvm_rl.graph.ablation`): uniform, cheapest-first, cost-softmax, untrained and
+trained run in `RLRewritePass`'s own loop (shortlist, every-match actions, --episodes, --time-budget), once per
+seed; greedy, greedy-never-stop, backtracking-100 and backtracking-1000 are deterministic searches, run once.
+All are steered and first judged by the roofline proxy: fitted to --database's tuned kernels, or rebuilt from
+the "proxy" a previous run recorded in its JSON (--proxy-from), else nominal. Per model and arm: the proxy's
+speedup, mean ± 95% t-interval over the seeds (n = 3 by default: a wide interval), seconds and steps, and
+which arms differ from the best non-learned arm by more than 1%. Without --no-measure, a model on which any
+two arms differ by more than 1% by the proxy has every arm's graphs built with the same kernel schedules
+(--database's; with --tune-trials tuned first), checked against the original and timed in interleaved
+rounds; unless --no-confirm, a graph measured no faster than the original counts as the original (what the
+pass's and the searches' confirmation return). Resumable: logs/graph_ablation_<target>_<size>[_proxy].json
+is rewritten after every run, and runs already there are kept unless --force (by the proxy: per run; measured:
+per model). On CPU, untuned kernels are naive loops (docs/limits.md).
 """
 import argparse
 import json
@@ -20,35 +28,132 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from graph_search import (  # noqa: E402
     add_tuning_args,
     check_tuning_args,
-    confirmed,
     measure_variants,
     open_database_arg,
-    plot_speedups,
-    print_table,
     proxy_hardware,
     tuner,
-    variant_measure,
 )
 
 from tvm_rl import measure, models  # noqa: E402
-from tvm_rl.graph import cost, search  # noqa: E402
-from tvm_rl.graph.agent import GraphActorCritic  # noqa: E402
-from tvm_rl.graph.rewrite_pass import RLRewritePass  # noqa: E402
-
-KEYS = ("original", "relax_builtin", "greedy", "backtracking", "rl_one_match", "rl")
+from tvm_rl.graph import ablation, cost  # noqa: E402
+from tvm_rl.graph.observation import roofline_from_dict  # noqa: E402
 
 
-def proxy_rows(variants: dict, fn) -> dict[str, dict]:
-    """Rows like measure_variants', with the proxy's cost in place of a measured latency."""
-    rows = {}
-    for key, (mod, seconds, applied, *_) in variants.items():
-        c = None if key == "relax_builtin" else fn(mod)  # the proxy cannot read the built-ins' call_tir
-        rows[key] = {"latency_ms": c, "search_cost_ms": c, "optimisation_s": round(seconds, 2),
-                     "rewrites": len(applied), "applied": applied, "matches_original": True, "proxy_only": True}
-    rows.pop("relax_builtin")
-    for row in rows.values():
-        row["speedup"] = rows["original"]["latency_ms"] / row["latency_ms"]
-    return rows
+def add_arm_args(ap: argparse.ArgumentParser, default_arms: tuple[str, ...] = ablation.ALL) -> None:
+    """--arms, --seeds, --proxy-from and the pass's loop settings, shared with compare_policies.py."""
+    ap.add_argument("--arms", nargs="+", default=list(default_arms), type=ablation.check_arm,
+                    help=f"arms to run (default: {' '.join(default_arms)}; backtracking-N for any budget N)")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of the pass's arms")
+    ap.add_argument("--proxy-from", default=None, help="a benchmark JSON whose recorded \"proxy\" (a fitted "
+                    "roofline) prices the graphs, when its --database is not at hand")
+    ap.add_argument("--cap", type=int, default=64, help="candidates per step (searches and the pass)")
+    ap.add_argument("--steps", type=int, default=50, help="pass: steps per episode (the time budget usually "
+                    "ends it first); greedy-never-stop: steps")
+    ap.add_argument("--episodes", type=int, default=4, help="pass: episodes")
+    ap.add_argument("--time-budget", type=float, default=10.0, help="pass: search seconds per model and run")
+    ap.add_argument("--shortlist", type=int, default=16, help="pass: candidates shown per step")
+    ap.add_argument("--no-all-matches", action="store_true", help="pass: one match per step only")
+    ap.add_argument("--alpha", type=float, default=1.05, help="backtracking's alpha")
+    ap.add_argument("--greedy-steps", type=int, default=500, help="greedy: rewrites at most")
+
+
+def proxy_of(target, args):
+    """The roofline the arms are priced with (see --proxy-from), and where it came from."""
+    if args.proxy_from:
+        return roofline_from_dict(json.loads(Path(args.proxy_from).read_text())["proxy"]), args.proxy_from
+    return proxy_hardware(target, args.database), args.database or "nominal"
+
+
+def settings_of(target, args) -> ablation.Settings:
+    return ablation.Settings(target, args.episodes, args.steps, args.time_budget, args.cap, args.shortlist,
+                             not args.no_all_matches, args.alpha, args.greedy_steps, args.policy)
+
+
+def summaries(runs: dict[str, list[dict]], key: str = "speedup") -> dict[str, dict]:
+    return {arm: ablation.summarise(rows, key) for arm, rows in runs.items() if rows}
+
+
+def table(results: dict[str, dict], arms: list[str], part: str = "summary",
+          learned: tuple[str, ...] = ablation.arms.LEARNED) -> list[str]:
+    """Markdown rows: per model each arm's mean speedup ± 95% CI ("*": more than 1% from the best non-learned
+    arm, which is in bold; `learned`: the learned arms), then the geometric mean over the models that ran every
+    arm."""
+    lines = ["| model | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
+    full = {n: r[part] for n, r in results.items() if isinstance(r.get(part), dict) and all(a in r[part] for a in arms)}
+    for name, summ in full.items():
+        cmp = ablation.compare({a: summ[a] for a in arms}, learned=learned)
+        cells = [(f"**{ablation.cell(summ[a])}**" if a == cmp["best_non_learned"] else ablation.cell(summ[a]))
+                 + (" *" if a in cmp["differ"] else "") for a in arms]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if full:
+        geo = {a: ablation.geomean(s[a]["mean"] for s in full.values()) for a in arms}
+        lines.append("| geomean | " + " | ".join(f"{geo[a]:.3f}" for a in arms) + " |")
+    return lines
+
+
+def effort_table(results: dict[str, dict], arms: list[str]) -> list[str]:
+    """Markdown rows: per model each arm's mean seconds and steps (expansions for the searches)."""
+    lines = ["| model | " + " | ".join(arms) + " |", "|---" * (len(arms) + 1) + "|"]
+    for name, r in results.items():
+        s = r.get("summary", {})
+        if all(a in s for a in arms):
+            lines.append(f"| {name} | " + " | ".join(f"{s[a]['seconds']:.1f} s, {s[a]['steps']:.0f}" for a in arms)
+                         + " |")
+    return lines
+
+
+def missing(runs: dict[str, list[dict]], arms: list[str], seeds: list[int]) -> list[tuple[str, int | None]]:
+    """The (arm, seed) runs not in `runs` (a baseline's one run has seed None)."""
+    return [(a, s) for a in arms for s in (seeds if ablation.is_seeded(a) else [None])
+            if not any(r["seed"] == s for r in runs.get(a, []))]
+
+
+def measure_arms(model, graphs: dict, runs: dict, target, database, args, fn) -> dict:
+    """Build and time every arm's distinct graph beside the original; per arm the measured speedup over seeds
+    (a graph no faster than the original counts as it, unless --no-confirm)."""
+    variants = {"original": (model.mod, 0.0, [])}
+    for (arm, seed), mod in graphs.items():
+        row = next(r for r in runs[arm] if r["seed"] == seed)
+        variants[f"{arm}@{seed}"] = (mod, row["seconds"], row["applied"])
+    rows = measure_variants(model, variants, target, database, args.repeat, fn, tuner(target, args))
+    base = rows["original"]["latency_ms"]
+    measured: dict[str, list[dict]] = {}
+    for (arm, seed) in graphs:
+        r, proxy_row = rows[f"{arm}@{seed}"], next(x for x in runs[arm] if x["seed"] == seed)
+        speedup = r["speedup"] if args.no_confirm or r["latency_ms"] < base else 1.0
+        measured.setdefault(arm, []).append({"seed": seed, "speedup": speedup, "raw_speedup": r["speedup"],
+                                             "latency_ms": r["latency_ms"], "matches_original": r["matches_original"],
+                                             "seconds": proxy_row["seconds"], "steps": proxy_row["steps"]})
+    summ = summaries(measured)
+    return {"original_ms": base, "runs": measured, "summary": summ, "compare": ablation.compare(summ),
+            "all_match_original": all(r["matches_original"] for r in rows.values())}
+
+
+def plot(results: dict[str, dict], arms: list[str], path: Path, title: str) -> Path:
+    """Mean proxy speedup per model and arm with its 95% interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = [n for n, r in results.items() if all(a in r.get("summary", {}) for a in arms)]
+    x, width = np.arange(len(names)), 0.8 / max(1, len(arms))
+    fig, ax = plt.subplots(figsize=(max(9, 1.3 * len(names) + 4), 4.5))
+    for i, arm in enumerate(arms):
+        s = [results[n]["summary"][arm] for n in names]
+        ax.bar(x + (i - (len(arms) - 1) / 2) * width, [v["mean"] for v in s], width, label=arm,
+               yerr=[v["ci95"] or 0.0 for v in s], capsize=2)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_ylim(bottom=0.9)
+    ax.set_ylabel("proxy speedup over the original (x)")
+    ax.set_xticks(x, names, rotation=30, ha="right")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main() -> None:
@@ -56,115 +161,80 @@ def main() -> None:
     ap.add_argument("--size", default="tiny", choices=models.SIZES)
     ap.add_argument("--models", nargs="*", default=models.names())
     ap.add_argument("--target", default="llvm")
-    ap.add_argument("--policy", default=None, help="policy checkpoint (default: the shipped one)")
+    ap.add_argument("--policy", default=None, help="the trained arm's checkpoint (default: the shipped one)")
+    add_arm_args(ap)
     add_tuning_args(ap)
-    ap.add_argument("--budget", type=int, default=10, help="backtracking expansions")
-    ap.add_argument("--alpha", type=float, default=1.05)
-    ap.add_argument("--cap", type=int, default=64, help="candidates per step (searches and the policy)")
-    ap.add_argument("--steps", type=int, default=50,
-                    help="RL pass: steps per episode (the time budget usually ends it first)")
-    ap.add_argument("--episodes", type=int, default=4, help="RL pass: episodes (first greedy, rest sampled)")
-    ap.add_argument("--time-budget", type=float, default=10.0, help="RL pass: search seconds per model")
-    ap.add_argument("--no-all-matches", action="store_true", help="RL pass: one match per step only (no "
-                    "\"apply every match of a rule\" actions)")
-    ap.add_argument("--one-match-too", action="store_true", help="also run the RL pass with one match per step "
-                    "(column rl_one_match): what the \"every match\" actions add")
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--greedy-steps", type=int, default=500, help="greedy: rewrites at most")
-    ap.add_argument("--no-measure", action="store_true", help="compare by the roofline proxy only (no builds: "
-                    "for full-size models on CPU, whose untuned builds take minutes per run)")
-    ap.add_argument("--force", action="store_true", help="re-run models already in the JSON")
-    ap.add_argument("--table-only", action="store_true", help="print the table (and plot) of the JSON's models "
-                    "and run nothing (without it, a model missing from the JSON is run)")
+    ap.add_argument("--no-measure", action="store_true", help="compare by the proxy only (no builds: for "
+                    "full-size models on CPU, whose untuned builds take minutes per run)")
+    ap.add_argument("--force", action="store_true", help="re-run the runs already in the JSON")
+    ap.add_argument("--table-only", action="store_true", help="print the JSON's table and run nothing")
     args = ap.parse_args()
     check_tuning_args(ap, args)
     target = measure.parse_target(args.target)
     database = open_database_arg(args.database)
-    policy = GraphActorCritic.load(args.policy)
-    trained = set(policy.meta.get("models", []))
-    seen_models = trained if policy.meta.get("size") == args.size else set()
+    hardware, proxy_source = proxy_of(target, args)
+    settings = settings_of(target, args)
     suffix = "_proxy" if args.no_measure else ""
-    out = Path(__file__).resolve().parents[1] / "logs" / f"graph_rl_{target.kind.name}_{args.size}{suffix}.json"
-    results = json.loads(out.read_text())["models"] if out.exists() else {}
-    hardware = proxy_hardware(target, args.database)
+    out = Path(__file__).resolve().parents[1] / "logs" / f"graph_ablation_{target.kind.name}_{args.size}{suffix}.json"
+    saved = json.loads(out.read_text()) if out.exists() else {}
+    results = saved.get("models", {})
+    command = "python " + " ".join([f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+
+    def save() -> None:
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps({"target": str(target), "size": args.size, "proxy": hardware.as_dict(),
+                                   "proxy_source": proxy_source, "database": cost.database_tag(database),
+                                   "measured": not args.no_measure, "tune_trials": args.tune_trials,
+                                   "confirmed": not args.no_confirm, "seeds": args.seeds, "arms": args.arms,
+                                   "settings": settings.as_dict(), "repeat": args.repeat, "command": command,
+                                   "models": results}, indent=1))
+
     for name in [] if args.table_only else args.models:
-        if name in results and not args.force:
+        entry = results.get(name, {})
+        # Measured results need every graph in this process: a model not yet measured runs all its arms again.
+        keep = entry.get("runs", {}) if not args.force and (args.no_measure or "measured" in entry) else {}
+        if not missing(keep, args.arms, args.seeds):
             print(f"{name}: already in {out.name} (--force to re-run)")
             continue
         model = models.load(name, args.size)
-        fn = cost.roofline_cost(hardware)
-        variants = {"original": (model.mod, 0.0, [])}
-        start = time.perf_counter()
-        variants["relax_builtin"] = (search.tvm_builtin(model.mod), time.perf_counter() - start,
-                                     list(search.TVM_BUILTIN_PASSES))
-        guard = not (args.no_measure or args.no_confirm)
-        measure_pair = None if args.no_measure else variant_measure(model, target, args)
-        r = search.greedy(model.mod, fn, cap=args.cap, max_steps=args.greedy_steps)
-        variants["greedy"] = confirmed(r, model.mod, measure_pair, guard)
-        r = search.backtracking(model.mod, fn, alpha=args.alpha, budget=args.budget, cap=args.cap)
-        variants["backtracking"] = confirmed(r, model.mod, measure_pair, guard)
-        def run_pass(all_matches: bool):
-            rl = RLRewritePass(target, policy, max_steps=args.steps, episodes=args.episodes, cap=args.cap,
-                               time_budget_s=args.time_budget, database=database, cost=fn, confirm=guard,
-                               measure_pair=measure_pair, all_matches=all_matches)
-            return rl(model.mod), rl.last_report
+        entry = results[name] = {"runs": dict(keep), "run": {"date": time.strftime("%Y-%m-%d"),
+                                                              "settings": settings.as_dict(), "proxy": proxy_source}}
+        graphs = {}
 
-        reports = {}
-        if args.one_match_too:
-            rewritten, reports["rl_one_match"] = run_pass(False)
-            variants["rl_one_match"] = (rewritten, reports["rl_one_match"].seconds, reports["rl_one_match"].applied)
-        rewritten, reports["rl"] = run_pass(not args.no_all_matches)
-        variants["rl"] = (rewritten, reports["rl"].seconds, reports["rl"].applied)
-        rows = (proxy_rows(variants, fn) if args.no_measure
-                else measure_variants(model, variants, target, database, args.repeat, fn, tuner(target, args)))
-        for key, report in reports.items():
-            rows[key].update(confirm_s=round(report.confirm_seconds, 2), steps=report.steps, kept=report.kept,
-                             reason=report.reason)
-        report = reports["rl"]
-        rows["seen_in_training"] = name in seen_models
-        # Per row: models run on different days use different databases and proxy fits (the file's top-level
-        # settings are the last run's).
-        rows["run"] = {"date": time.strftime("%Y-%m-%d"), "database": cost.database_tag(database),
-                       "tune_trials": args.tune_trials, "proxy": hardware.as_dict()}
-        results[name] = rows
-        print(f"{name}: " + ", ".join(f"{k} {rows[k]['latency_ms']:.3f} ms ({rows[k]['speedup']:.2f}x)"
-                                      for k in KEYS if k in rows) + f"; rl: {report.reason}", flush=True)
-        out.parent.mkdir(exist_ok=True)
-        out.write_text(json.dumps({"target": str(target), "size": args.size, "search_cost": "roofline",
-                                   "proxy": hardware.as_dict(),
-                                   "measured": not args.no_measure, "greedy_steps": args.greedy_steps,
-                                   "database": cost.database_tag(database), "tune_trials": args.tune_trials,
-                                   "confirmed": not (args.no_measure or args.no_confirm),
-                                   "policy": args.policy or "shipped",
-                                   "policy_meta": policy.meta, "budget": args.budget, "alpha": args.alpha,
-                                   "cap": args.cap, "steps": args.steps, "episodes": args.episodes,
-                                   "time_budget_s": args.time_budget,
-                                   "all_matches": not args.no_all_matches, "repeat": args.repeat, "models": results},
-                                  indent=1))
-    keys = tuple(k for k in KEYS if not (args.no_measure and k == "relax_builtin")
-                 and all(k in r for r in results.values()))
-    table = {n: {k: v for k, v in r.items() if k not in ("seen_in_training", "run")} for n, r in results.items()}
-    def group(name: str) -> str:
-        if name in seen_models:
-            return "seen"
-        return "shapes" if name in trained else "unseen"
+        def on_run(arm: str, r: ablation.Run) -> None:
+            graphs[(arm, r.seed)] = r.mod
+            print(f"  {name} {arm} seed {r.seed}: {r.speedup:.3f}x, {r.seconds:.1f} s, {r.steps} steps", flush=True)
+            entry["runs"][arm] = entry["runs"].get(arm, []) + [r.row()]
+            entry["summary"] = summaries(entry["runs"])
+            save()
 
-    for kind, title in (("seen", "models the policy was trained on"),
-                        ("shapes",
-                         f"models the policy was trained on at {policy.meta.get('size')} size: unseen shapes"),
-                        ("unseen", "models left out of training")):
-        part = {n: r for n, r in table.items() if group(n) == kind}
-        if part:
-            print(f"\n{title} ({args.size}):")
-            print_table(part, keys)
-    rl_vs_bt = [r["backtracking"]["latency_ms"] / r["rl"]["latency_ms"] for r in table.values()]
-    if rl_vs_bt:
-        print(f"\nRL vs backtracking: >= on {sum(x >= 0.99 for x in rl_vs_bt)}/{len(rl_vs_bt)} models (1% noise), "
-              f">= 5% faster on {sum(x >= 1.05 for x in rl_vs_bt)}")
-        by = "by the proxy, nothing built" if args.no_measure else "measured"
-        plot_speedups(table, keys, out.with_suffix(".png"), f"Graph rewrites, {target.kind.name} ({args.size}), {by}")
-    png = f"; wrote {out.with_suffix('.png').name}" if table else ""
-    print(f"read {out}{png}" if args.table_only else f"wrote {out}{png}")
+        ablation.evaluate(model.mod, args.arms, args.seeds, lambda: cost.roofline_cost(hardware), settings,
+                          done=keep, on_run=on_run)
+        entry["summary"] = summaries(entry["runs"])
+        entry["compare"] = ablation.compare({a: entry["summary"][a] for a in args.arms})
+        if not args.no_measure:
+            entry["measured"] = (measure_arms(model, graphs, entry["runs"], target, database, args,
+                                              cost.roofline_cost(hardware)) if entry["compare"]["any_differ"]
+                                 else {"skipped": "no two arms differ by more than 1% by the proxy"})
+        save()
+        cmp = entry["compare"]
+        print(f"{name}: best non-learned {cmp['best_non_learned']}; " + ", ".join(
+            f"{a} {ablation.cell(entry['summary'][a])} ({cmp['vs_best'][a]:+.1%})" for a in args.arms), flush=True)
+    if not results:
+        print(f"nothing in {out}")
+        return
+    print(f"\nproxy speedup, mean ± 95% t-interval over seeds {args.seeds} (n = {len(args.seeds)}; baselines: one run)")
+    print("\n".join(table(results, args.arms)))
+    print("\nseconds, steps (searches: expansions)")
+    print("\n".join(effort_table(results, args.arms)))
+    if any(isinstance(r.get("measured"), dict) and "summary" in r["measured"] for r in results.values()):
+        print("\nmeasured speedup (models where arms differ by the proxy)")
+        print("\n".join(table({n: r["measured"] for n, r in results.items()
+                               if isinstance(r.get("measured"), dict)}, args.arms)))
+    title = f"Graph arms, {target.kind.name} ({args.size}), by the proxy"
+    png = plot(results, args.arms, out.with_suffix(".png"), title)
+    print(f"{'read' if args.table_only else 'wrote'} {out}; plot {png}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     what.add_argument("--onnx", help="an ONNX file (static shapes)")
     ap.add_argument("--size", default="tiny", choices=models.SIZES, help="zoo model size (default tiny)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
-    ap.add_argument("--policy", default=None, help="policy checkpoint (default: the one shipped with tvm-rl)")
+    ap.add_argument("--policy", default=None, help="policy checkpoint, or an arm without learning: uniform, "
+                    "cheapest-first, cost-softmax, untrained (default: the one shipped with tvm-rl)")
     ap.add_argument("--steps", type=int, default=50,
                     help="rewrites per episode at most (default 50; the time budget usually ends an episode first on "
                          "full-size models)")

@@ -4,12 +4,13 @@
     exe = tvm.compile(seq(mod), target="llvm")
 
 Per episode the policy rewrites `main` one (rule, match) at a time until it picks "stop" or the step/time
-budget runs out; the first episode is greedy (the policy's argmax), the others sample. The cheapest graph met
-on any episode (by the cost function, default: the roofline proxy) is kept. It is returned only if it is
-cheaper than the input, and, with `confirm` (the default), only if it also *measures* faster end to end on
-the target (with `database`'s tuned kernels, the same for both): the pass never returns a graph that is
-slower than its input by the measure it was given. What it did is logged (logger "tvm_rl.graph") and kept in
-`.last_report`.
+budget runs out; for a network the first episode is greedy (its argmax), the others sample. The policy may
+also be one of the choosers without learning in `arms` ("uniform", "cheapest-first", "cost-softmax",
+"untrained"), run in the same loop. The cheapest graph met on any episode (by the cost function, default: the
+roofline proxy) is kept. It is returned only if it is cheaper than the input, and, with `confirm` (the
+default), only if it also *measures* faster end to end on the target (with `database`'s tuned kernels, the
+same for both): the pass never returns a graph that is slower than its input by the measure it was given.
+What it did is logged (logger "tvm_rl.graph") and kept in `.last_report`.
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from tvm import relax
 
 from .. import measure
 from ..database import DatabaseLike
+from . import arms, roofline
 from . import cost as costs
-from . import roofline
 from .agent import GraphActorCritic
 from .calibration import proxy_roofline
 from .candidates import Shortlist, enumerate_candidates, past
@@ -52,6 +53,7 @@ class RewriteReport:
     confirm_seconds: float = 0.0
     kept: bool = False
     reason: str = ""
+    best_episode: int | None = None  # the episode the kept graph came from (None: no cheaper graph found)
 
     @property
     def speedup(self) -> float:
@@ -61,16 +63,21 @@ class RewriteReport:
         return self.initial_cost / self.cost if self.cost > 0 else 1.0
 
 
-def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn,
-            features: FeatureSpec | roofline.Roofline, rules: Sequence[Rule], max_steps: int,
-            rng: np.random.Generator | None, deadline: float, cap: int | None = None, shortlist: int | None = None
-            ) -> tuple[tvm.IRModule, float, list[str], int]:
-    """One episode of the policy from `mod` (greedy when `rng` is None); returns the cheapest graph on the
-    way (possibly `mod`), its cost, the rewrites leading to it, and the steps taken. The policy reads the
-    graphs as `observation.observe` builds them, node features from `features`. With `shortlist`, the
-    policy sees only that many candidates, the cheapest by `cost` (ranked incrementally: `Shortlist`), and
+def rollout(mod: tvm.IRModule, policy: arms.Arm | GraphActorCritic, cost: costs.CostFn,
+            features: FeatureSpec | roofline.Roofline | None, rules: Sequence[Rule], max_steps: int,
+            rng: np.random.Generator | None, deadline: float, cap: int | None = None, shortlist: int | None = None,
+            episode: int | None = None) -> tuple[tvm.IRModule, float, list[str], int]:
+    """One episode of `policy` (an `arms.Arm`, or a network: `arms.Network`) from `mod`; returns the cheapest
+    graph on the way (possibly `mod`), its cost, the rewrites leading to it, and the steps taken. `episode`
+    tells the arm which episode this is (None: 0 when `rng` is None, else 1; a network's episode 0 is its
+    argmax); `rng` is the generator its choices draw from. A network reads the graphs as `observation.observe`
+    builds them, node features from `features` (unused by the arms without a network). With `shortlist`, the
+    arm sees only that many candidates, the cheapest by `cost` (ranked incrementally: `Shortlist`), and
     "stop"; the costs it sees are exact. A step still finding or pricing its candidates at `deadline` is
     abandoned there: one step on a full-size model can take seconds, and the budget is the user's."""
+    arm = arms.make(policy)
+    episode = (0 if rng is None else 1) if episode is None else episode
+    rng = rng if rng is not None else np.random.default_rng(0)  # only read by sampling arms when no rng is given
     current, rt0 = mod, cost(mod)
     best, best_cost, best_path, path = mod, rt0, [], []
     steps, short = 0, Shortlist(shortlist, cost) if shortlist is not None else None
@@ -84,8 +91,13 @@ def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn,
             break
         if short is not None:
             short.record(cands, costs_, now)
-        decision = observe([c.mod for c in cands] + [current], costs_ + [now], rt0, features)
-        row, _, _, _ = policy.act(decision, rng, greedy=rng is None)
+
+        def observation(cands=cands, current=current, costs_=costs_, now=now):
+            if features is None:
+                raise ValueError("a network policy needs `features` to read the graphs with")
+            return observe([c.mod for c in cands] + [current], costs_ + [now], rt0, features)
+
+        row = arm.choose(arms.Step(costs_, now, episode, observation), rng)
         steps += 1
         if row == len(cands):  # stop
             break
@@ -98,11 +110,14 @@ def rollout(mod: tvm.IRModule, policy: GraphActorCritic, cost: costs.CostFn,
 
 @tvm.transform.module_pass(opt_level=0, name="RLRewritePass")
 class RLRewritePass:
-    """Rewrite `main` with the graph policy (default: the one shipped with tvm-rl).
+    """Rewrite `main` with the graph policy (default: `arms.DEFAULT_ARM`, the policy shipped with tvm-rl).
 
-    target: what the graph is optimised and measured for. policy: a `GraphActorCritic` or a checkpoint path.
+    target: what the graph is optimised and measured for. policy: a `GraphActorCritic`, a checkpoint path, an
+    `arms.Arm`, or an arm's name: "trained" (the shipped checkpoint), "uniform", "cheapest-first",
+    "cost-softmax", "untrained" (a fresh network, weights from `seed`); see `tvm_rl.graph.arms`.
     max_steps / time_budget_s: per-run budget (the time budget covers the search, not the confirmation).
-    episodes: the first greedy, the rest sampled with `seed`; the best graph over all is kept.
+    episodes: for a network the first greedy, the rest sampled with `seed` (each arm: `arms`); the best graph
+    over all is kept.
     confirm: measure input and result end to end (median of `repeat`) and keep the result only if faster;
     `database`: MetaSchedule database whose tuned kernels both builds use (on CPU untuned kernels are naive
     loops). cost: the cost function steering the search (default: the roofline proxy for `target`, fitted to
@@ -117,10 +132,11 @@ class RLRewritePass:
     roofline). Default: the policy's own, recorded by training (a checkpoint without a record: `target`'s
     nominal roofline), whatever `cost` and `database` price candidates with. FeatureMismatchError when
     `features` differ from the policy's or the policy was trained for another target kind (CPU/GPU), unless
-    `allow_feature_mismatch`.
+    `allow_feature_mismatch`. Arms without a network read no features.
     """
 
-    def __init__(self, target: tvm.target.Target | str = "llvm", policy: GraphActorCritic | str | Path | None = None,
+    def __init__(self, target: tvm.target.Target | str = "llvm",
+                 policy: arms.Arm | GraphActorCritic | str | Path | None = None,
                  max_steps: int = 50, time_budget_s: float | None = 10.0, episodes: int = 1, confirm: bool = True,
                  database: DatabaseLike = None, repeat: int = 10, cost: costs.CostFn | None = None,
                  rules: Sequence[Rule] | None = None, cap: int | None = None, shortlist: int | None = 16,
@@ -129,12 +145,16 @@ class RLRewritePass:
         if max_steps < 0 or episodes < 1:
             raise ValueError(f"need max_steps >= 0 and episodes >= 1, got {max_steps} and {episodes}")
         self.target = measure.parse_target(target)
-        self.policy = policy if isinstance(policy, GraphActorCritic) else GraphActorCritic.load(policy)
+        self.arm = arms.make(policy, seed)
+        self.policy: GraphActorCritic | None = getattr(self.arm, "policy", None)  # the network, if the arm has one
         if isinstance(features, (roofline.Hardware, roofline.RooflineModel)):
             features = FeatureSpec.of(features, self.target)
-        source = getattr(self.policy, "path", None) or "(the policy object given, not loaded from a file)"
-        self.features = features_for_policy(getattr(self.policy, "features", None), str(source), self.target,
-                                            features, allow_feature_mismatch)
+        if self.policy is None:
+            self.features = features or FeatureSpec.nominal(self.target)
+        else:
+            source = getattr(self.policy, "path", None) or "(the policy object given, not loaded from a file)"
+            self.features = features_for_policy(getattr(self.policy, "features", None), str(source), self.target,
+                                                features, allow_feature_mismatch)
         self.cost = cost or costs.roofline_cost(proxy_roofline(self.target, database))
         self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
         self.confirm = confirm
@@ -171,12 +191,13 @@ class RLRewritePass:
         for episode in range(self.episodes):
             if episode and past(deadline):
                 break
-            graph, c, path, steps = rollout(mod, self.policy, self.cost, self.features, self.rules, self.max_steps,
-                                            None if episode == 0 else rng, deadline, self.cap, self.shortlist)
+            graph, c, path, steps = rollout(mod, self.arm, self.cost, self.features, self.rules, self.max_steps,
+                                            rng, deadline, self.cap, self.shortlist, episode=episode)
             report.episodes += 1
             report.steps += steps
             if c < best_cost:
                 best, best_cost, best_path = graph, c, path
+                report.best_episode = episode
         report.seconds = time.perf_counter() - start
         report.cost = best_cost
         if best is mod:

@@ -1,9 +1,10 @@
 """Search baselines over graph rewrites: the peers the RL agent must beat.
 
 `tvm_builtin` is TVM's own graph-level Relax rewrites in one sequence (what a user gets without us). The
-three searches take an IRModule and a cost function (IRModule -> ms, e.g. `cost.roofline_cost(hw)` or a
+searches take an IRModule and a cost function (IRModule -> ms, e.g. `cost.roofline_cost(hw)` or a
 `cost.KernelCostCache`) and return a `SearchResult` whose graph is never costlier than the input by that
-function: plain greedy descent, TASO's cost-based backtracking, and random rollouts.
+function: plain greedy descent, greedy that never stops (the pass's loop taking the cheapest candidate, uphill
+too), TASO's cost-based backtracking (TASO's own default budget is 1000 expansions), and random rollouts.
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def tvm_builtin(mod: tvm.IRModule) -> tvm.IRModule:
     return tvm.transform.Sequential([getattr(relax.transform, n)() for n in TVM_BUILTIN_PASSES])(mod)
 
 
-def _setup(cost: CostFn, rules: Sequence[Rule] | None):
+def _setup(cost: CostFn, rules: Sequence[Rule] | None) -> tuple[Memo, list[Rule]]:
     # Memoise so revisited graphs are costed once; keep a caller's Memo (and its counts) as it is.
     return (cost if isinstance(cost, Memo) else Memo(cost)), (all_rules() if rules is None else list(rules))
 
@@ -90,6 +91,30 @@ def greedy(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None,
         applied.append(str(cands[best_i].match))
     return SearchResult(current, current_cost, initial, applied, expansions, evaluations,
                         time.perf_counter() - start)
+
+
+def greedy_never_stop(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None, cap: int | None = None,
+                      max_steps: int = 50, shortlist: int | None = 16, all_matches: bool = True,
+                      time_budget_s: float | None = None) -> SearchResult:
+    """"cheapest-first"'s episode 0 alone (`arms.CheapestFirst` in `rewrite_pass.rollout`): in the pass's setting
+    (the `shortlist` cheapest candidates, "every match of a rule" actions with `all_matches`), take the cheapest
+    candidate every step, also when it is costlier than the current graph, for `max_steps` steps (or until no
+    candidate is left, or `time_budget_s` ends); returns the cheapest graph seen. Unlike `greedy` it walks
+    through slowdowns that later rewrites repay (an NHWC move before its transposes cancel)."""
+    from .arms import CheapestFirst
+    from .rewrite_pass import rollout
+    from .rules import with_all_matches
+
+    start = time.perf_counter()
+    memo, rules = _setup(cost, rules)
+    if all_matches:
+        rules = with_all_matches(rules)
+    calls = memo.calls
+    initial = memo(mod)
+    deadline = start + time_budget_s if time_budget_s is not None else float("inf")
+    graph, c, applied, steps = rollout(mod, CheapestFirst(), memo, None, rules, max_steps, None, deadline, cap,
+                                       shortlist, episode=0)
+    return SearchResult(graph, c, initial, applied, steps, memo.calls - calls, time.perf_counter() - start)
 
 
 def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: int = 100,

@@ -1,0 +1,228 @@
+"""The pass's arms (tvm_rl.graph.arms), greedy-never-stop and the ablation's statistics: each arm's choices are
+what it claims, seeds repeat, and the pass with a rule instead of a network stays exact and never costlier."""
+import numpy as np
+import pytest
+import torch
+from tvm import relax
+
+from tvm_rl import models
+from tvm_rl.graph import ablation, arms, profiles, roofline, search
+from tvm_rl.graph import cost as costs
+from tvm_rl.graph import testing as T
+from tvm_rl.graph.agent import DEFAULT_POLICY, GraphActorCritic, PolicyConfig, PolicyError
+from tvm_rl.graph.fingerprint import same_graph
+from tvm_rl.graph.rewrite_pass import RLRewritePass
+from tvm_rl.graph.rules import get_rule
+from tvm_rl.graph.verify import compare_variants
+
+
+def step(costs_, current=1.0, episode=0) -> arms.Step:
+    def no_observation():
+        raise AssertionError("an arm without a network must not encode the graphs")
+
+    return arms.Step(costs_, current, episode, no_observation)
+
+
+def frequencies(arm: arms.Arm, s: arms.Step, n: int = 6000, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.bincount([arm.choose(s, rng) for _ in range(n)], minlength=s.rows) / n
+
+
+def bn_chain_graph(layers: int = 2, seed: int = 0):
+    """conv -> batch_norm -> relu, `layers` times: one batch-norm fold per layer."""
+    rng = np.random.default_rng(seed)
+    R = relax.op
+
+    def body(emit, x):
+        for _ in range(layers):
+            y = emit(R.nn.conv2d(x, T.rand(rng, 4, 4, 3, 3), padding=1))
+            t = emit(R.nn.batch_norm(y, T.rand(rng, 4, low=0.5, high=1.5), T.rand(rng, 4), T.rand(rng, 4),
+                                     T.rand(rng, 4, low=0.5, high=1.5), axis=1, training=False))
+            x = emit(R.nn.relu(emit(relax.TupleGetItem(t, 0))))
+        return x
+
+    return T.module(body, [(1, 4, 6, 6)])
+
+
+def uphill_then_down(mod):
+    """A cost on which folding one of two batch norms is uphill (1 -> 2) and folding both is the cheapest (0.5)."""
+    price = {2: 1.0, 1: 2.0, 0: 0.5}
+    return lambda m: price[sum(p.op == "relax.nn.batch_norm" for p in profiles.op_profiles(m))]
+
+
+PROXY = costs.roofline_cost(roofline.default_hardware("llvm"))
+
+
+# ---- each arm's distribution
+
+
+@pytest.mark.parametrize("episode", [0, 3])
+def test_uniform_is_uniform_over_the_candidates_and_stop(episode):
+    s = step([1.3, 0.7, 2.0, 0.9], episode=episode)
+    np.testing.assert_allclose(arms.Uniform().probabilities(s), np.full(5, 0.2))
+    freq = frequencies(arms.Uniform(), s)
+    assert np.abs(freq - 0.2).max() < 0.025, freq  # 5 sigma at n = 6000
+
+
+def test_cheapest_first_takes_the_cheapest_candidate_in_episode_0_even_uphill():
+    s = step([3.0, 2.0, 5.0], current=1.0, episode=0)  # every candidate is costlier than the current graph
+    rng = np.random.default_rng(0)
+    assert {arms.CheapestFirst().choose(s, rng) for _ in range(50)} == {1}  # never stop (row 3)
+    assert arms.CheapestFirst().choose(step([0.5, 0.4, 0.4]), rng) == 1  # ties: the first in candidate order
+    later = frequencies(arms.CheapestFirst(), step([3.0, 2.0, 5.0], episode=1))
+    assert np.abs(later - 0.25).max() < 0.03, later  # later episodes: uniform, stop included
+
+
+def test_cost_softmax_weighs_rows_by_their_cost_change():
+    costs_ = [1.2, 0.9, 1.0, 0.8]
+    s = step(costs_, current=1.0)
+    p = arms.CostSoftmax().probabilities(s)
+    assert p.sum() == pytest.approx(1.0)
+    order = np.argsort(costs_ + [1.0], kind="stable")  # stop (row 4) costs what the current graph does
+    assert np.all(np.diff(p[order]) <= 1e-12), p  # cheaper rows weigh more
+    assert p[1] / p[4] == pytest.approx(np.exp(0.1 / arms.SOFTMAX_T))  # 10% cheaper: e^2 at T = 0.05
+    assert p[2] == pytest.approx(p[4])  # no change weighs as stop
+    flatter = arms.CostSoftmax(temperature=1.0).probabilities(s)
+    assert flatter.max() < p.max() and flatter.min() > p.min()
+    assert np.abs(frequencies(arms.CostSoftmax(), s) - p).max() < 0.03
+    with pytest.raises(ValueError):
+        arms.CostSoftmax(temperature=0.0)
+
+
+def test_a_network_arm_is_its_argmax_in_episode_0_and_samples_later():
+    from tvm_rl.graph.env import GraphRewriteEnv
+    from tvm_rl.graph.observation import decision_from_observation
+
+    obs, _ = GraphRewriteEnv(T.merge_matmul_graph(), cap=16, horizon=3).reset()
+    decision = decision_from_observation(obs)
+    net = arms.untrained(3)
+    s = arms.Step([0.0] * (len(decision) - 1), 1.0, 0, lambda: decision)
+    greedy_row = net.policy.act(decision, greedy=True)[0]
+    assert {net.choose(s, np.random.default_rng(k)) for k in range(5)} == {greedy_row}
+    s.episode = 1
+    assert len({net.choose(s, np.random.default_rng(k)) for k in range(40)}) > 1  # a fresh network is near uniform
+
+
+# ---- names, seeds, the pass
+
+
+def test_the_pass_takes_arm_names_checkpoints_and_networks():
+    assert isinstance(RLRewritePass(policy="uniform").arm, arms.Uniform)
+    assert RLRewritePass(policy="cheapest-first").policy is None  # no network, nothing loaded
+    assert isinstance(RLRewritePass(policy="cost-softmax").arm, arms.CostSoftmax)
+    assert RLRewritePass(policy="untrained").arm.name == "untrained"
+    assert RLRewritePass(policy="trained").policy.path == DEFAULT_POLICY
+    assert RLRewritePass().arm.name == arms.DEFAULT_ARM
+    assert RLRewritePass(policy=str(DEFAULT_POLICY)).policy.path == DEFAULT_POLICY
+    net = GraphActorCritic(PolicyConfig(hidden=16, gat_layers=1, heads=2))
+    assert RLRewritePass(policy=net).policy is net
+    with pytest.raises(PolicyError, match="does not exist"):
+        RLRewritePass(policy="cheapest_first")  # a misspelt arm is read as a checkpoint path, and said missing
+
+
+def test_untrained_weights_come_from_the_seed_alone():
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    a, b, c = arms.untrained(0), arms.untrained(0), arms.untrained(1)
+    torch.manual_seed(123)
+    assert torch.equal(before, torch.rand(1))  # torch's global generator is left as it was
+    wa, wb, wc = (next(x.policy.parameters()).detach() for x in (a, b, c))
+    assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+
+
+class Recording(arms.Uniform):
+    """Uniform, remembering its choices."""
+
+    def __init__(self):
+        self.rows: list[int] = []
+
+    def choose(self, step, rng):
+        self.rows.append(super().choose(step, rng))
+        return self.rows[-1]
+
+
+def test_the_arms_draw_from_the_pass_seed():
+    mod = T.merge_matmul_graph()
+    runs = {}
+    for seed in (0, 0, 5):
+        arm = Recording()
+        RLRewritePass(policy=arm, max_steps=4, episodes=6, seed=seed, confirm=False, cost=PROXY)(mod)
+        runs.setdefault(seed, []).append(arm.rows)
+    assert runs[0][0] == runs[0][1] and runs[0][0] != runs[5][0]
+
+
+@pytest.mark.parametrize("arm", arms.ARMS)
+def test_seeded_runs_of_every_arm_repeat(arm):
+    mod = T.merge_matmul_graph()
+    passes = [RLRewritePass(policy=arm, max_steps=4, episodes=3, seed=7, confirm=False, cost=PROXY) for _ in range(2)]
+    outs = [p(mod) for p in passes]
+    assert same_graph(outs[0], outs[1]) and passes[0].last_report.applied == passes[1].last_report.applied
+
+
+@pytest.mark.parametrize("make", [T.merge_matmul_graph, T.conv_chain_graph, lambda: bn_chain_graph(3),
+                                  lambda: models.load("squeezenet1_1", "tiny").mod])
+def test_cheapest_first_pass_is_exact_and_never_costlier(make):
+    mod = make()
+    rewrite = RLRewritePass(policy="cheapest-first", max_steps=8, episodes=2, confirm=False, cost=PROXY)
+    out = rewrite(mod)
+    assert PROXY(out) <= PROXY(mod)
+    assert rewrite.last_report.kept == (PROXY(out) < PROXY(mod))
+    comparison = compare_variants(mod, {"cheapest-first": out}, rtol=1e-3, atol=1e-3)
+    assert all(c.ok for c in comparison.values()), (comparison, rewrite.last_report.applied)
+
+
+def test_cheapest_first_returns_the_input_when_every_rewrite_is_costlier():
+    mod = T.merge_matmul_graph()
+    rewrite = RLRewritePass(policy="cheapest-first", max_steps=5, confirm=False,
+                            cost=lambda m: 1.0 if same_graph(m, mod) else 3.0)
+    assert same_graph(rewrite(mod), mod) and not rewrite.last_report.kept
+    assert rewrite.last_report.steps >= 1  # it did walk uphill, and kept the input
+
+
+def test_cheapest_first_walks_uphill_to_a_cheaper_graph_where_greedy_stops():
+    mod = bn_chain_graph(2)
+    fold = [get_rule("fold_batchnorm")]
+    assert same_graph(search.greedy(mod, uphill_then_down(mod), rules=fold).mod, mod)  # greedy stops at once
+    r = search.greedy_never_stop(mod, uphill_then_down(mod), rules=fold, all_matches=False)
+    assert len(r.applied) == 2 and r.cost == 0.5 and r.initial_cost == 1.0
+    rewrite = RLRewritePass(policy="cheapest-first", rules=fold, all_matches=False, episodes=1, confirm=False,
+                            cost=uphill_then_down(mod))
+    out = rewrite(mod)
+    assert len(rewrite.last_report.applied) == 2 and rewrite.last_report.best_episode == 0
+    assert same_graph(out, r.mod)
+    assert all(c.ok for c in compare_variants(mod, {"never-stop": r.mod}, rtol=1e-3, atol=1e-3).values())
+
+
+# ---- the ablation's statistics
+
+
+def test_mean_and_t_interval():
+    mean, half = ablation.mean_ci([1.0, 2.0, 3.0])
+    assert mean == 2.0 and half == pytest.approx(4.302653 / np.sqrt(3), rel=1e-5)  # t(0.975, 2) = 4.303
+    assert ablation.mean_ci([1.5]) == (1.5, None)
+    assert ablation.cell({"mean": 1.5, "ci95": None}) == "1.500"
+
+
+def test_compare_flags_arms_beyond_one_percent_of_the_best_rule():
+    s = {a: {"mean": m} for a, m in [("cheapest-first", 1.50), ("uniform", 1.495), ("greedy", 1.2),
+                                     ("trained", 1.52)]}
+    c = ablation.compare(s)
+    assert c["best_non_learned"] == "cheapest-first"  # the learned arm is not a candidate
+    assert c["differ"] == ["greedy", "trained"] and c["any_differ"]
+    assert not ablation.compare({"uniform": {"mean": 1.0}, "trained": {"mean": 1.005}})["any_differ"]
+
+
+def test_evaluate_runs_seeded_arms_per_seed_and_baselines_once():
+    settings = ablation.Settings(max_steps=3, episodes=2, time_budget_s=None)
+    seen = []
+    runs = ablation.evaluate(T.merge_matmul_graph(), ["uniform", "greedy", "backtracking-5"], [0, 1],
+                             lambda: costs.roofline_cost(roofline.default_hardware("llvm")), settings,
+                             on_run=lambda arm, r: seen.append((arm, r.seed)))
+    assert seen == [("uniform", 0), ("uniform", 1), ("greedy", None), ("backtracking-5", None)]
+    assert all(r["speedup"] >= 1.0 for rows in runs.values() for r in rows)
+    again = ablation.evaluate(T.merge_matmul_graph(), ["uniform", "greedy"], [0, 1, 2],
+                              lambda: costs.roofline_cost(roofline.default_hardware("llvm")), settings, done=runs,
+                              on_run=lambda arm, r: seen.append((arm, r.seed)))
+    assert seen[-1] == ("uniform", 2) and len(again["uniform"]) == 3  # only the missing run ran
+    with pytest.raises(ValueError, match="unknown arm"):
+        ablation.check_arm("backtracking")

@@ -1,0 +1,147 @@
+"""The choosers `RLRewritePass` can run in its rollout: the learned policy and the rules without learning.
+
+Every arm sees one step as `rewrite_pass.rollout` builds it (the shortlisted candidates with their exact costs,
+"stop" at row `len(costs)`) and picks a row; the pass around it (shortlist, every-match actions, episodes, time
+budget, best graph kept, confirmation) is the same for all, so they compare the choices alone (issue 20).
+
+- "uniform": every step, uniformly among the candidates and stop; every episode.
+- "cheapest-first": episode 0 takes the cheapest candidate other than stop, uphill too, until the step or time
+  budget ends (the rollout keeps the best graph seen); later episodes pick as "uniform".
+- "cost-softmax": every step and episode, P(row) proportional to exp(-relative cost change / T) (stop's change
+  is 0), T = `SOFTMAX_T`; a 5% cheaper candidate weighs e = 2.7 times stop at the default.
+- "untrained": a freshly initialised `GraphActorCritic`, weights seeded by the pass's seed; episode 0 its argmax,
+  later ones sampled, as the trained policy.
+- "trained": a checkpoint (default: the shipped one); episode 0 its argmax, later ones sampled.
+
+All randomness comes from the generator the pass seeds with its `seed`, so a seeded run repeats.
+`DEFAULT_ARM` is what `RLRewritePass(policy=None)` runs: switching the pass's default is changing it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+import torch
+
+from .agent import GraphActorCritic
+from .observation import Decision
+
+ARMS = ("uniform", "cheapest-first", "cost-softmax", "untrained", "trained")
+LEARNED = ("trained",)  # every other arm is a rule or an untrained network: what learning must beat
+DEFAULT_ARM = "trained"  # RLRewritePass(policy=None) runs this arm
+SOFTMAX_T = 0.05  # cost-softmax temperature, on the relative cost change (0.05: 5% cheaper is e times as likely)
+
+
+@dataclass
+class Step:
+    """One decision of a rollout: the candidates' costs (row i is candidate i; row len(costs) is stop), the
+    current graph's cost, the episode (0 first), and `observe()`, the policy's encoding of the step, built only
+    when an arm asks for it (encoding the graphs is most of a step's time on full-size models)."""
+
+    costs: Sequence[float]
+    current_cost: float
+    episode: int
+    observe: Callable[[], Decision]
+
+    @property
+    def rows(self) -> int:
+        """Rows to choose among: the candidates and stop."""
+        return len(self.costs) + 1
+
+
+@runtime_checkable
+class Arm(Protocol):
+    """Picks a row of a `Step` with `rng` (the pass's seeded generator)."""
+
+    name: str
+
+    def choose(self, step: Step, rng: np.random.Generator) -> int: ...
+
+
+class Uniform:
+    """Uniform over the candidates and stop, every step of every episode."""
+
+    name = "uniform"
+
+    def probabilities(self, step: Step) -> np.ndarray:
+        return np.full(step.rows, 1.0 / step.rows)
+
+    def choose(self, step: Step, rng: np.random.Generator) -> int:
+        return int(rng.integers(step.rows))
+
+
+class CheapestFirst:
+    """Episode 0: the cheapest candidate, never stop, uphill too (ties: the first in candidate order). Later
+    episodes: uniform over the candidates and stop."""
+
+    name = "cheapest-first"
+
+    def choose(self, step: Step, rng: np.random.Generator) -> int:
+        if step.episode == 0:
+            return int(np.argmin(np.asarray(step.costs, dtype=float)))
+        return Uniform().choose(step, rng)
+
+
+class CostSoftmax:
+    """P(row) proportional to exp(-(cost - current) / current / temperature); stop's change is 0."""
+
+    name = "cost-softmax"
+
+    def __init__(self, temperature: float = SOFTMAX_T):
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.temperature = temperature
+
+    def probabilities(self, step: Step) -> np.ndarray:
+        costs = np.append(np.asarray(step.costs, dtype=float), step.current_cost)
+        change = (costs - step.current_cost) / max(step.current_cost, 1e-12)
+        logits = -change / self.temperature
+        p = np.exp(logits - logits.max())
+        return p / p.sum()
+
+    def choose(self, step: Step, rng: np.random.Generator) -> int:
+        p = self.probabilities(step)
+        return int(rng.choice(len(p), p=p))
+
+
+class Network:
+    """A `GraphActorCritic`: its argmax in episode 0, a sample from it in later ones."""
+
+    def __init__(self, policy: GraphActorCritic, name: str = "trained"):
+        self.policy, self.name = policy, name
+
+    def choose(self, step: Step, rng: np.random.Generator) -> int:
+        row, _, _, _ = self.policy.act(step.observe(), rng, greedy=step.episode == 0)
+        return row
+
+
+def untrained(seed: int = 0) -> Network:
+    """A freshly initialised network (default sizes), its weights drawn from `seed` without touching torch's
+    global generator."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return Network(GraphActorCritic().eval(), "untrained")
+
+
+def make(policy: Arm | GraphActorCritic | str | Path | None = None, seed: int = 0) -> Arm:
+    """The arm `policy` names: an `Arm`; a `GraphActorCritic`; an arm name from `ARMS` ("trained": the shipped
+    checkpoint); a checkpoint path; None: `DEFAULT_ARM`. `seed` seeds "untrained"'s weights."""
+    if policy is None:
+        policy = DEFAULT_ARM
+    if isinstance(policy, GraphActorCritic):
+        return Network(policy)
+    if isinstance(policy, Arm):
+        return policy
+    if isinstance(policy, str) and policy in ARMS:
+        if policy == "uniform":
+            return Uniform()
+        if policy == "cheapest-first":
+            return CheapestFirst()
+        if policy == "cost-softmax":
+            return CostSoftmax()
+        if policy == "untrained":
+            return untrained(seed)
+        return Network(GraphActorCritic.load(None))
+    return Network(GraphActorCritic.load(policy))
