@@ -147,6 +147,75 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("nhwc.py", 'len(c["shape"]) == 4'):
         "plain_conv only returns NCHW-in, NCHW-out conv2d with a static float result, and an NCHW conv2d "
         "result always has rank 4 (Relax checks the layouts when the graph is built).",
+    ("concat.py", "len(a.args) != len(b.args)"):
+        "checked after `a.op.same_as(b.op)`, and every operator in ACTIVATIONS has a fixed arity (Relax refuses "
+        "a call with another argument count when it is normalised, e.g. relu(x, x)), so two calls of one op "
+        "have as many arguments.",
+    ("concat.py", "(a.attrs is None) != (b.attrs is None)"):
+        "Relax's constructors give every call of one of these ops the op's attrs (leakyrelu, softplus) or none "
+        "(the others); only hand-built calls differ, and then either the op ignores stray attrs (same result), "
+        "or an attrs-less leakyrelu / softplus cannot be legalized, so the module never builds; and with the "
+        "set attrs first, the next guard's structural_equal(attrs, None) already refuses.",
+    ("concat.py", 'getattr(result, "ndim", -1) is None'):
+        "a concat's result is a TensorType, whose ndim is always an int (-1 when the rank is unknown), never "
+        "None; the unknown rank is the next operand's `result.ndim < 0`.",
+    ("concat.py", "isinstance(call.args[0], Var) and g.single_use(call.args[0].name) != name"):
+        "implied by the guard before it: when the concat reads its tuple through a variable, the fields are "
+        "read by that tuple's binding, not by the concat, so `g.single_use(f.name) != name` has already "
+        "skipped it (a non-variable field has no producer and is skipped at `a is None`).",
+    ("layout.py", "str(x.ty.dtype) != str(g.vars[name].ty.dtype)"):
+        "reshape, broadcast_to and permute_dims never change the dtype (Relax infers their result's from the "
+        "input); a binding annotated by hand with a weaker type (no dtype) is the only difference, and "
+        "replacing it by its input is still exact.",
+    ("linear.py", 'mm["weight"].shape[0] != int(mm["x"].ty.shape[1])'):
+        "with a 2-D weight a rank-2 result means a rank-2 x [N, C] (Relax's matmul keeps x's rank, or gives "
+        "rank 1 for a 1-D x), and Relax refuses a matmul whose static inner dimensions differ, so C is always "
+        "the weight's rows.",
+    ("matmul.py", "producer is None"):
+        "a u with no binding in the block (an input) reaches _options(g, None, ...), whose operator name is then "
+        "None, in none of its cases: it returns [], so no match is offered either way.",
+    ("pool.py", "dim not in layout or dim not in out_layout"):
+        "Relax refuses a max_pool2d whose data or output layout is not convertible to NCHW (one without an H "
+        "or a W axis) when the graph is built.",
+    ("pool.py", "dim not in layout"): "see `dim not in layout or dim not in out_layout`.",
+    ("pool.py", "dim not in out_layout"): "see `dim not in layout or dim not in out_layout`.",
+    ("pool.py", "float_tensor(x) is None"):
+        "x is the max_pool2d's input: the pool keeps its dtype, and a symbolic dimension of x stays symbolic in "
+        "the result, so when x is not a static float tensor neither is the result, refused at `out_t is None`.",
+    ("pool.py", "float_tensor(act.args[0]) != float_tensor(x)"):
+        "every op in MONOTONE is element-wise and keeps its input's shape and dtype, so its input's type is "
+        "always its output x's.",
+    ("pool.py", "float_tensor(x) is None or float_tensor(act.args[0]) != float_tensor(x)"):
+        "each operand is equivalent (see them): a non-static-float x is refused at `out_t is None`, and the "
+        "activation keeps its input's type.",
+    ("pool.py", "out_t is None"):
+        "x has been checked to be a static float tensor, and max_pool2d's result then is one too (same dtype, "
+        "a shape computed from static sizes).",
+    ("pool.py", "x is None"):
+        "avg_pool2d keeps its input's dtype and a symbolic input size stays symbolic in its result, so a "
+        "non-static-float x gives a non-static-float y, refused by the next operand `y is None`.",
+    ("pool.py", "y is None"):
+        "as `x is None` the other way: a static float x (checked) gives a static float result.",
+    ("pool.py", "len(x[0]) != 4"):
+        "the next guard requires NCHW data and output layouts, and Relax refuses an avg_pool2d whose input "
+        "rank differs from its (unpacked) layout's 4 axes.",
+    ("pool.py", "x[1] != y[1]"): "avg_pool2d has no out_dtype: its result always has its input's dtype.",
+    ("simplify.py", "tvm_ffi.structural_equal(g.values[earlier], value)"):
+        "equal expr_keys already mean structurally equal values (operator, attrs, ty_args, constants and other "
+        "leaves by structural_hash, variables by their unique names), up to a 64-bit hash collision; the "
+        "check is the exact confirmation fingerprint.py asks of callers, no test can collide a hash.",
+    ("simplify.py", "0 <= int(item.index) < len(tup.fields)"):
+        "Relax refuses a TupleGetItem whose index is negative or past the tuple's size when it is normalised "
+        "(`Index out of bounds`), so the index of a bound item is always in range.",
+    ("ir.py", "ty.shape is None"):
+        "an unknown shape reaches `getattr(ty.shape, 'values', None)`, which is None for it, and the next guard "
+        "`shape is None` returns None just the same.",
+    ("ir.py", "user"):
+        "`g.values.get(user) if user else None`: without the check, g.values.get(None) is None as well.",
+    ("ir.py", "len(sides) != 1"):
+        "the add is g.single_use(name), which reads `name` exactly once (add(y, y) lists the add twice among y's "
+        "users, so single_use is None and the op check already returned), and Relax's add has two arguments: "
+        "exactly one side is not `name`.",
 }
 
 

@@ -74,7 +74,8 @@ def attention_parts(g: Graph, out_name: str) -> dict | None:
     ops = []  # the score chain in reverse: ("scale", k) / ("bias", array) / ("reshape", shape)
     reader, x = name, softmax.args[0]
     while True:
-        if not isinstance(x, Var) or g.single_use(x.name) != reader:
+        # Each step must be a binding of the block: an input of the function ends the chain with no matmul.
+        if not isinstance(x, Var) or x.name not in g.values or g.single_use(x.name) != reader:
             return None
         name, call = x.name, g.values.get(x.name)
         op = getattr(getattr(call, "op", None), "name", None)
