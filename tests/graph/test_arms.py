@@ -3,7 +3,6 @@ what it claims, seeds repeat, and the pass with a rule instead of a network stay
 import numpy as np
 import pytest
 import torch
-from tvm import relax
 
 from tvm_rl import models
 from tvm_rl.graph import ablation, arms, profiles, roofline, search
@@ -29,19 +28,8 @@ def frequencies(arm: arms.Arm, s: arms.Step, n: int = 6000, seed: int = 0) -> np
 
 
 def bn_chain_graph(layers: int = 2, seed: int = 0):
-    """conv -> batch_norm -> relu, `layers` times: one batch-norm fold per layer."""
-    rng = np.random.default_rng(seed)
-    R = relax.op
-
-    def body(emit, x):
-        for _ in range(layers):
-            y = emit(R.nn.conv2d(x, T.rand(rng, 4, 4, 3, 3), padding=1))
-            t = emit(R.nn.batch_norm(y, T.rand(rng, 4, low=0.5, high=1.5), T.rand(rng, 4), T.rand(rng, 4),
-                                     T.rand(rng, 4, low=0.5, high=1.5), axis=1, training=False))
-            x = emit(R.nn.relu(emit(relax.TupleGetItem(t, 0))))
-        return x
-
-    return T.module(body, [(1, 4, 6, 6)])
+    """conv -> batch_norm -> relu, `layers` times (the shared graph, with this file's default depth)."""
+    return T.bn_chain_graph(layers, seed)
 
 
 def uphill_then_down(mod):

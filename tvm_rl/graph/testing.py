@@ -357,3 +357,19 @@ EXAMPLES: dict[str, Callable[[], tvm.IRModule]] = {
     "avg_pool_to_conv": avgpool_graph,
 }
 """A small graph on which each rule family matches (at least once), for tests and examples."""
+
+
+def bn_chain_graph(layers: int = 3, seed: int = 0) -> tvm.IRModule:
+    """conv -> batch_norm -> relu, `layers` times: one batch-norm fold per layer."""
+    rng = np.random.default_rng(seed)
+    R = relax.op
+
+    def body(emit, x):
+        for _ in range(layers):
+            y = emit(R.nn.conv2d(x, rand(rng, 4, 4, 3, 3), padding=1))
+            t = emit(R.nn.batch_norm(y, rand(rng, 4, low=0.5, high=1.5), rand(rng, 4), rand(rng, 4),
+                                     rand(rng, 4, low=0.5, high=1.5), axis=1, training=False))
+            x = emit(R.nn.relu(emit(relax.TupleGetItem(t, 0))))
+        return x
+
+    return module(body, [(1, 4, 6, 6)])
