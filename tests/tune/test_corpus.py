@@ -180,14 +180,15 @@ def test_build_resume_and_manifest(tmp_path, cpu):
     assert manifest["host"]["logical_cores"] == os.cpu_count()
     assert manifest["settings"]["trials"] == 4 and manifest["settings"]["random"] == 4
     assert [r["per_iter"] for r in manifest["runs"]] == [2, 4]
-    assert manifest["measurements"] == 8 and len(manifest["runs"]) == 2 and manifest["seconds"] > 0
+    assert manifest["measurements"] == 8 and len(manifest["runs"]) == 2 and manifest["seconds"] >= 0
     by_name = {w["name"]: w for w in manifest["workloads"]}
     assert set(by_name) == {"mm8", "mm16"}
     for w, mod in (("mm8", matmul(8)), ("mm16", matmul(16))):
         entry = by_name[w]
         assert entry["records"] == 4 and entry["random"] == 4 and entry["evolved"] == 0
         assert entry["structural_hash"] == str(tvm_ffi.structural_hash(mod)) and entry["folder"] == f"workloads/{w}"
-        assert entry["valid"] == 4 and entry["best_us"] > 0 and entry["seconds"] > 0
+        # Stand-in builds and runs can take under the 0.05 s that the manifest rounds seconds to.
+        assert entry["valid"] == 4 and entry["best_us"] > 0 and entry["seconds"] >= 0
     records = corpus.load("mm16")
     assert len(records.records) == 4 and len(records.seconds) == 4 and records.valid == [0, 1, 2, 3]
     assert corpus.names() == ["mm8", "mm16"]
