@@ -35,7 +35,7 @@ def fake_database(folder, scale: float = 1.0):
                                       "source": f"calibrated on {n} kernels"}
     (folder / "roofline.json").write_text(json.dumps({
         "records_bytes": 100, "kinds": list(roofline.KINDS), "kernels": 9, "default": hw(3.0, 2.0, 5.0, 9),
-        "per_kind": {"conv": hw(20.0, 4.0, 2.0, 4), "matmul": hw(8.0, 1.5, 1.0, 3)}}))
+        "per_kind": {"conv": hw(20.0, 4.0, 2.0, 4), "matmul": hw(8.0, 1.5, 1.0, 3)}, "gemm": None}))
     return folder
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import tvm
 
 from ..database import DatabaseLike, TuningDatabase
-from . import profiles, roofline
+from . import gemm_cost, profiles, roofline
 
 
 def _folder(work_dir: TuningDatabase | str | os.PathLike) -> TuningDatabase:
@@ -79,12 +79,26 @@ def layout_pairs(kernels: list[TunedKernel]) -> list[tuple[TunedKernel, TunedKer
             and nchw[key(k)].kind == k.kind.removesuffix("_nhwc")]
 
 
+def tuned_gemms(kernels: list[TunedKernel]) -> list[tuple[gemm_cost.GemmShape, TunedKernel]]:
+    """The tuned matmul kernels whose GEMM shape their buffers tell (`gemm_cost.kernel_gemm_shape`)."""
+    out = []
+    for k in kernels:
+        shape = gemm_cost.kernel_gemm_shape(k.shapes, k.flops) if k.kind == "matmul" else None
+        if shape is not None:
+            out.append((shape, k))
+    return out
+
+
 def fit(kernels: list[TunedKernel]) -> roofline.RooflineModel:
-    """One roofline per kind with enough kernels, one over all for the rest (`roofline.calibrate_by_kind`)."""
+    """One roofline per kind with enough kernels, one over all for the rest (`roofline.calibrate_by_kind`),
+    and GEMM efficiency by shape when the matmuls are enough (`gemm_cost.fit`)."""
     if not kernels:
         raise ValueError("no tuned kernels to fit a roofline to")
-    return roofline.calibrate_by_kind([k.kind for k in kernels], [k.flops for k in kernels],
-                                  [k.nbytes for k in kernels], [k.best_ms for k in kernels])
+    model = roofline.calibrate_by_kind([k.kind for k in kernels], [k.flops for k in kernels],
+                                       [k.nbytes for k in kernels], [k.best_ms for k in kernels])
+    gemms = tuned_gemms(kernels)
+    gemm = gemm_cost.fit([s for s, _ in gemms], [k.best_ms for _, k in gemms])
+    return roofline.RooflineModel(model.default, model.per_kind, gemm)
 
 
 def _hardware(d: dict) -> roofline.Hardware:
@@ -103,9 +117,10 @@ def tuned_roofline(work_dir: TuningDatabase | str | os.PathLike,
     if path.exists():
         try:
             saved = json.loads(path.read_text())
-            if saved["records_bytes"] == stamp and saved.get("kinds") == list(roofline.KINDS):
+            if saved["records_bytes"] == stamp and saved.get("kinds") == list(roofline.KINDS) and "gemm" in saved:
+                gemm = gemm_cost.GemmModel.from_dict(saved["gemm"]) if saved["gemm"] else None
                 return roofline.RooflineModel(_hardware(saved["default"]),
-                                          tuple((k, _hardware(h)) for k, h in saved["per_kind"].items()))
+                                              tuple((k, _hardware(h)) for k, h in saved["per_kind"].items()), gemm)
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # refit below
     kernels = tuned_kernels(folder)
@@ -113,7 +128,8 @@ def tuned_roofline(work_dir: TuningDatabase | str | os.PathLike,
     path.write_text(json.dumps({"records_bytes": stamp, "kinds": list(roofline.KINDS), "kernels": len(kernels),
                                 "target": str(target) if target is not None else None,
                                 "default": model.default.as_dict(),
-                                "per_kind": {k: h.as_dict() for k, h in model.per_kind}}, indent=1))
+                                "per_kind": {k: h.as_dict() for k, h in model.per_kind},
+                                "gemm": model.gemm.as_dict() if model.gemm is not None else None}, indent=1))
     return model
 
 
@@ -133,7 +149,8 @@ def fit_error(model: roofline.Roofline, kernels: list[TunedKernel]) -> dict[str,
     """Median |predicted / measured - 1| per kind and over all: how far the fitted rooflines are off."""
     rel: dict[str, list[float]] = {}
     for k in kernels:
-        err = abs(model.time_ms(k.flops, k.nbytes, k.kind) / k.best_ms - 1)
+        shape = gemm_cost.kernel_gemm_shape(k.shapes, k.flops) if k.kind == "matmul" else None
+        err = abs(model.time_ms(k.flops, k.nbytes, k.kind, shape) / k.best_ms - 1)
         rel.setdefault(k.kind, []).append(err)
         rel.setdefault("all", []).append(err)
     return {kind: float(np.median(v)) for kind, v in rel.items()}

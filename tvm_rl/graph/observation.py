@@ -24,6 +24,7 @@ from ..database import DatabaseLike, TuningDatabase
 from ..errors import FeatureMismatchError
 from . import fusion, profiles, roofline, view
 from .fingerprint import module_key, same_graph
+from .gemm_cost import GemmModel
 
 OP_VOCAB: tuple[str, ...] = (
     "input", "constant", "tuple", "tuple_get_item",
@@ -53,8 +54,10 @@ def target_kind(target: tvm.target.Target | str) -> str:
 def roofline_from_dict(d: dict) -> roofline.Roofline:
     """The roofline whose `as_dict()` is `d`, rebuilt exactly (kinds in their order)."""
     if "default" in d:
+        gemm = GemmModel.from_dict(d["gemm"]) if "gemm" in d else None
         return roofline.RooflineModel(roofline.Hardware(**d["default"]),
-                                      tuple((k, roofline.Hardware(**h)) for k, h in d.items() if k != "default"))
+                                      tuple((k, roofline.Hardware(**h)) for k, h in d.items()
+                                            if k not in ("default", "gemm")), gemm)
     return roofline.Hardware(**d)
 
 
@@ -62,7 +65,8 @@ def _numbers(r: roofline.Roofline) -> dict:
     """The figures of a roofline without its labels: two rooflines with equal figures give equal features."""
     d = r.as_dict()
     if "default" in d:
-        return {k: {f: v for f, v in h.items() if f != "source"} for k, h in d.items()}
+        return {k: {f: v for f, v in h.items() if f != "source"} for k, h in d.items() if k != "gemm"} | \
+            {k: v for k, v in d.items() if k == "gemm"}
     return {f: v for f, v in d.items() if f != "source"}
 
 

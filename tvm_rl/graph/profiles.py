@@ -8,6 +8,7 @@ milliseconds, what the environment prices dozens of candidates with per step). `
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import tvm
@@ -18,6 +19,7 @@ from tvm.ir import Call, GenericConst, Tuple, TupleGetItem, Var
 from .. import measure
 from ..database import DatabaseLike
 from . import fusion, keepalive
+from .gemm_cost import GemmShape, gemm_shape
 from .roofline import FAMILY, Roofline, call_kind, default_hardware, op_kind, tir_kind
 from .rules.ir import Graph, op_name, static_shape
 from .view import MEMO_LIMIT, graph_of, tensor_info
@@ -137,8 +139,24 @@ def _op_profile(var: Var, value) -> OpProfile:
     return OpProfile(var.name, op, flops, nbytes, tuple(a.name for a in args if isinstance(a, Var)), kind)
 
 
-def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[float, int, str]]:
-    """(FLOPs, bytes, kind of its anchor op) of every kernel `main` will run, predicted without lowering.
+class FusedKernel(NamedTuple):
+    """One kernel `main` will run: FLOPs, bytes, the kind of its anchor op and, for a matmul anchor, its GEMM."""
+
+    flops: float
+    nbytes: int
+    kind: str
+    gemm: GemmShape | None = None
+
+
+def _gemm_of(call) -> GemmShape | None:
+    if op_name(call) != "relax.matmul":
+        return None
+    return gemm_shape(static_shape(call.args[0].ty), static_shape(call.args[1].ty))
+
+
+def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[FusedKernel]:
+    """(FLOPs, bytes, kind of its anchor op, GEMM shape) of every kernel `main` will run, predicted without
+    lowering.
 
     Kernels are `fusion.partition`'s replay of TVM's FoldConstant and FuseOps (checked against TVM's own
     lowering in the tests); a kernel of reshapes alone is a view and is left out. A kernel's bytes are the
@@ -172,13 +190,14 @@ def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[tuple[fl
             if g.external[n] or any(r != gi for r in readers.get(n, ())):
                 nbytes += var_bytes[n]
         anchor = next((n for n in names if fusion.pattern_of(g.values[n]) == fusion.OUT_EWISE_FUSABLE), names[0])
-        out.append((sum(profiles[n].flops for n in names), nbytes, profiles[anchor].kind))
+        out.append(FusedKernel(sum(profiles[n].flops for n in names), nbytes, profiles[anchor].kind,
+                               _gemm_of(g.values[anchor])))
     return out
 
 
 def graph_roofline_ms(mod: tvm.IRModule, hardware: Roofline) -> float:
     """Roofline latency of `main` from its Relax bindings and a fusion model (no lowering: milliseconds)."""
-    return sum(hardware.time_ms(f, b, kind) for f, b, kind in fused_groups(mod))
+    return sum(hardware.time_ms(k.flops, k.nbytes, k.kind, k.gemm) for k in fused_groups(mod))
 
 
 def profiles_of(lowered: tvm.IRModule) -> list[KernelProfile]:

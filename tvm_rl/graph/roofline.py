@@ -16,6 +16,7 @@ from tvm import tirx
 from tvm.ir import Call
 
 from .. import measure
+from .gemm_cost import GemmModel, GemmShape
 from .rules.ir import op_name
 
 
@@ -28,8 +29,9 @@ class Hardware:
     launch_us: float = 0.0
     source: str = "assumed"
 
-    def time_ms(self, flops: float, nbytes: float, kind: str | None = None) -> float:
-        """Roofline time of one kernel; `kind` (see `op_kind`) is accepted for `RooflineModel`'s sake."""
+    def time_ms(self, flops: float, nbytes: float, kind: str | None = None, gemm: GemmShape | None = None) -> float:
+        """Roofline time of one kernel; `kind` (see `op_kind`) and `gemm` are accepted for `RooflineModel`'s
+        sake."""
         return max(flops / (self.peak_gflops * 1e9), nbytes / (self.gbps * 1e9)) * 1e3 + self.launch_us * 1e-3
 
     def as_dict(self) -> dict:
@@ -89,15 +91,19 @@ class RooflineModel:
 
     default: Hardware
     per_kind: tuple[tuple[str, Hardware], ...] = ()
+    gemm: GemmModel | None = None  # matmuls of a known shape are priced by it (`gemm_cost`)
 
-    def time_ms(self, flops: float, nbytes: float, kind: str | None = None) -> float:
+    def time_ms(self, flops: float, nbytes: float, kind: str | None = None, gemm: GemmShape | None = None) -> float:
+        if self.gemm is not None and gemm is not None and kind == "matmul":
+            return self.gemm.time_ms(gemm, flops)
         own = dict(self.per_kind)
         while kind not in own and kind in FAMILY:
             kind = FAMILY[kind]
         return own.get(kind, self.default).time_ms(flops, nbytes)
 
     def as_dict(self) -> dict:
-        return {"default": self.default.as_dict(), **{k: h.as_dict() for k, h in self.per_kind}}
+        out = {"default": self.default.as_dict(), **{k: h.as_dict() for k, h in self.per_kind}}
+        return out | ({"gemm": self.gemm.as_dict()} if self.gemm is not None else {})
 
 
 def default_hardware(target: tvm.target.Target | str) -> Hardware:
