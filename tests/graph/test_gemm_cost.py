@@ -108,3 +108,14 @@ def test_fused_groups_carry_the_gemm_and_the_proxy_sees_a_merge():
     # with rates that grow with N (as tuned GEMMs' do), the merged GEMM is priced faster
     shaped = roofline.RooflineModel(flat.default, (), gemm_cost.fit(SHAPES, [law_ms(s) for s in SHAPES]))
     assert profiles.graph_roofline_ms(qkv(True), shaped) < 0.9 * profiles.graph_roofline_ms(qkv(False), shaped)
+
+
+def test_calibration_drops_the_gemm_model_when_shape_does_not_predict_rate():
+    """Rates that are luck, not shape (16-trial tuning can move one shape 5x): one rate predicts as well."""
+    rng = np.random.default_rng(0)
+    kernels = [calibration.TunedKernel("matmul", s.flops, 4 * (s.m * s.k + s.k * s.n + s.m * s.n),
+                                       s.flops / (rng.uniform(20, 140) * 1e9) * 1e3,
+                                       ((s.m, s.k), (s.k, s.n), (s.m, s.n))) for s in SHAPES]
+    assert gemm_cost.fit([gemm_cost.kernel_gemm_shape(k.shapes, k.flops) for k in kernels],
+                         [k.best_ms for k in kernels]) is not None
+    assert calibration.fit(kernels).gemm is None

@@ -97,7 +97,14 @@ def fit(kernels: list[TunedKernel]) -> roofline.RooflineModel:
     model = roofline.calibrate_by_kind([k.kind for k in kernels], [k.flops for k in kernels],
                                        [k.nbytes for k in kernels], [k.best_ms for k in kernels])
     gemms = tuned_gemms(kernels)
-    gemm = gemm_cost.fit([s for s, _ in gemms], [k.best_ms for _, k in gemms])
+    shapes, measured = [s for s, _ in gemms], [k.best_ms for _, k in gemms]
+    gemm = gemm_cost.fit(shapes, measured)
+    if gemm is not None:
+        # Kept only where shape predicts better out of sample than one rate does in sample: with few trials
+        # per kernel, tuning luck can move one shape's rate 5x, and a model of noise would only add noise.
+        flat = float(np.median([abs(model.time_ms(k.flops, k.nbytes, "matmul") / k.best_ms - 1) for _, k in gemms]))
+        if float(np.nanmedian(gemm_cost.leave_one_out(shapes, measured))) >= flat:
+            gemm = None
     return roofline.RooflineModel(model.default, model.per_kind, gemm)
 
 
