@@ -45,7 +45,7 @@ def test_constant_weight_transpose_is_folded_and_costs_nothing(cpu):
 
     mod = T.module(body, [(4, 8)])
     assert predicted(mod) == lowered(mod, cpu) == Counter({"matmul": 1})
-    flops, nbytes, kind = profiles.fused_groups(mod)[0]
+    flops, nbytes, kind, _ = profiles.fused_groups(mod)[0]
     assert (kind, nbytes) == ("matmul", 4 * (4 * 8 + 8 * 16 + 4 * 16))  # W^T read once, never transposed
 
 
@@ -83,3 +83,16 @@ def test_predicted_kernels_match_tvm_after_rewrites(name, cpu):
     mod = models.load(name, "tiny").mod
     for cand in enumerate_candidates(mod, cap=12).candidates:
         assert predicted(cand.mod) == lowered(cand.mod, cpu), f"{cand.rule.name}: {cand.match}"
+
+
+def test_einsum_is_a_matmul_kernel_with_its_epilogue(cpu):
+    """`transpose_into_matmul` writes Q @ K^T as an einsum: one kernel as TVM fuses it, priced as a GEMM."""
+    from tvm_rl.graph.rules import get_rule
+
+    mod, applied = get_rule("transpose_into_matmul").apply_all(models.load("bert", "tiny").mod)
+    assert applied
+    assert predicted(mod) == lowered(mod, cpu)
+    einsums = [p for p in profiles.op_profiles(mod) if p.op == "relax.einsum"]
+    assert einsums and all(p.kind == "matmul" and p.flops == 2 * 2 * 8 * 8 * 16 for p in einsums)
+    assert sum(k.gemm is not None for k in profiles.fused_groups(mod)) == \
+        sum(k.gemm is not None for k in profiles.fused_groups(models.load("bert", "tiny").mod))

@@ -85,7 +85,9 @@ SHIPPED_ACTION_ORDER = [
 def test_the_action_order_is_pinned_and_explicit():
     from tvm_rl.graph.rules import ACTION_ORDER
 
-    assert [r.name for r in all_rules()] == rule_names() == list(ACTION_ORDER) == SHIPPED_ACTION_ORDER
+    assert [r.name for r in all_rules()] == rule_names() == list(ACTION_ORDER)
+    # New families are appended, so the shipped policy's candidates keep their rows.
+    assert list(ACTION_ORDER[:len(SHIPPED_ACTION_ORDER)]) == SHIPPED_ACTION_ORDER
 
 
 def test_a_rule_without_a_place_in_the_action_order_is_refused(monkeypatch):
@@ -112,6 +114,9 @@ def test_examples_match_what_they_say():
     counts = {r.name: len(r.matches(T.EXAMPLES[r.name]())) for r in all_rules()}
     assert counts == {
         "split_concat_cancel": 1, "activation_into_concat": 1, "activation_out_of_concat": 2,
+        "transpose_into_matmul": 1, "pad_gemm": 3, "fold_layernorm_affine": 1,
+        "matmul_associate": 2, "matmul_distribute": 2, "fold_binary_into_weight": 3, "combine_const_adds": 3,
+        "merge_sibling_linear": 1, "split_fused_matmul": 1, "merge_shared_weight_matmul": 1,
         "fold_batchnorm": 1, "merge_parallel_conv2d": 1, "enlarge_conv_kernel": 1, "permute_compose": 2,
         "reshape_compose": 2, "identity_shape_op": 3, "fold_const_transform": 2, "merge_parallel_matmul": 1,
         "scalar_mul_motion": 1, "identity_arith": 4, "dedup": 2, "fold_tuple_get_item": 1, "fuse_attention": 1,
@@ -303,7 +308,90 @@ class BrokenAvgPool(pool.AvgPoolToConv):
         return [self.match((n,), "bad") for n, _ in g.calls("relax.nn.avg_pool2d")]
 
 
+class BrokenSiblingLinear(type(get_rule("merge_sibling_linear"))):
+    def find(self, g):  # any permute_dims views of one input taken as identical, whatever their axes
+        names = tuple(n for n, c in g.calls("relax.matmul") if g.call(c.args[0], "relax.permute_dims") is not None)
+        return [self.match(names, "bad", (False,))] if len(names) > 1 else []
+
+
+class BrokenSplitFused(type(get_rule("split_fused_matmul"))):
+    def rewrite(self, g, m, edit):  # pieces handed to the wrong readers
+        super().rewrite(g, m, edit)
+        _swap_first_two_parts(edit)
+
+
+class BrokenSharedWeight(type(get_rule("merge_shared_weight_matmul"))):
+    def find(self, g):  # weights of one shape taken as the same weight, whatever their values
+        names = tuple(n for n, _ in g.calls("relax.matmul") if matmul.const_weight_matmul(g, n))
+        return [self.match(names, "bad")] if len(names) > 1 else []
+
+
+class BrokenAssociate(type(get_rule("matmul_associate"))):
+    def rewrite(self, g, m, edit):  # multiplies the constant pair in the wrong order: C @ B for B @ C
+        inner, name = m.names
+        b, c = g.const(g.values[inner].args[1]), g.const(g.values[name].args[1])
+        edit.set_value(name, R.matmul(g.values[inner].args[0], const(c @ b, "float32")))
+
+
+class BrokenDistribute(type(get_rule("matmul_distribute"))):
+    def find(self, g):  # any sum of two products, without checking that they share an operand
+        return [self.match((c.args[0].name, c.args[1].name, n), "bad", (0, False)) for n, c in g.calls("relax.add")
+                if all(g.call(a, "relax.matmul") is not None for a in c.args)]
+
+
+class BrokenFoldBinary(type(get_rule("fold_binary_into_weight"))):
+    def rewrite(self, g, m, edit):  # scales the weight but forgets the bias
+        super().rewrite(g, m, edit)
+        edit.values.pop(m.names[1], None)
+
+
+class BrokenCombineConst(type(get_rule("combine_const_adds"))):
+    def rewrite(self, g, m, edit):  # adds the two constants also in a chain of multiplies
+        (u, name), (side, k) = m.names, m.params
+        inner, call = g.values[u], g.values[name]
+        combined = g.const(inner.args[1 - k]) + g.const(call.args[1 - side])
+        edit.set_value(name, R.multiply(inner.args[k], const(combined, "float32")) if "multiply" in str(call.op)
+                       else R.add(inner.args[k], const(combined, "float32")))
+
+
+class BrokenTransposeIntoMatmul(type(get_rule("transpose_into_matmul"))):
+    def rewrite(self, g, m, edit):  # drops the transpose instead of reading B transposed (B square)
+        super().rewrite(g, m, edit)
+        edit.set_value(m.names[0], R.matmul(*edit.values[m.names[0]].args[0].fields))
+
+
+class BrokenPadGemm(type(get_rule("pad_gemm"))):
+    def find(self, g):
+        return [m for m in super().find(g) if m.params[0] == "N"]
+
+    def rewrite(self, g, m, edit):  # pads W's columns in front, so the slice keeps the wrong columns
+        (name,), (_, padded) = m.names, m.params
+        mm = matmul.const_weight_matmul(g, name)
+        n = mm["weight"].shape[1]
+        y = edit.emit(name, R.matmul(mm["x"], const(np.pad(mm["weight"], ((0, 0), (padded - n, 0))), "float32")),
+                      "y")
+        edit.set_value(name, R.strided_slice(y, [len(mm["shape"]) - 1], [0], [n]))
+
+
+class BrokenFoldLayerNorm(type(get_rule("fold_layernorm_affine"))):
+    def find(self, g):  # folds although the post-LN residual add reads the norm too
+        (name, _), = g.calls("relax.nn.layer_norm")
+        return [self.match((name, *[n for n, _ in g.calls("relax.matmul")]), "bad")]
+
+
 BROKEN = {
+    "matmul_associate": (BrokenAssociate, lambda: T.module(lambda e, x: e(R.matmul(e(R.matmul(
+        x, T.rand(np.random.default_rng(0), 8, 8))), T.rand(np.random.default_rng(1), 8, 8))), [(3, 8)])),
+    "matmul_distribute": (BrokenDistribute, lambda: T.module(lambda e, x, y: e(R.add(
+        e(R.matmul(x, T.rand(np.random.default_rng(0), 4, 3))),
+        e(R.matmul(y, T.rand(np.random.default_rng(1), 4, 3))))), [(2, 4), (2, 4)])),
+    "fold_binary_into_weight": (BrokenFoldBinary, T.fold_binary_graph),
+    "combine_const_adds": (BrokenCombineConst, T.combine_const_graph),
+    "merge_sibling_linear": (BrokenSiblingLinear, lambda: T.module(lambda e, x: [
+        e(R.matmul(e(R.permute_dims(x, p)), T.rand(np.random.default_rng(i), 4, 3)))
+        for i, p in enumerate([[1, 0], [0, 1]])], [(4, 4)])),
+    "split_fused_matmul": (BrokenSplitFused, T.fused_matmul_graph),
+    "merge_shared_weight_matmul": (BrokenSharedWeight, lambda: T.shared_weight_graph(same=False)),
     "fold_batchnorm": (BrokenFoldBatchNorm, T.bn_graph),
     "merge_parallel_conv2d": (BrokenMergeConv, lambda: T.merge_conv_graph(outs=(4, 4))),
     "enlarge_conv_kernel": (BrokenEnlarge, T.enlarge_graph),
@@ -332,6 +420,10 @@ BROKEN = {
                                  lambda: T.permute_elementwise_graph((2, 3, 3, 3), (0, 2, 3, 1))),
     "activation_after_maxpool": (BrokenMaxPool, lambda: T.maxpool_graph("gelu", hw=9)),
     "avg_pool_to_conv": (BrokenAvgPool, lambda: T.avgpool_graph(count_include_pad=False)),
+    "transpose_into_matmul": (BrokenTransposeIntoMatmul,
+                              lambda: T.transpose_matmul_graph(m=4, n=4, k=4, chain=False)),
+    "pad_gemm": (BrokenPadGemm, lambda: T.pad_gemm_graph(bias=False)),
+    "fold_layernorm_affine": (BrokenFoldLayerNorm, lambda: T.layernorm_linear_graph(residual=True)),
 }
 
 

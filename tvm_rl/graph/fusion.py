@@ -37,7 +37,7 @@ _INJECTIVE_OPS = (
 _OUT_EWISE_OPS = (
     "matmul nn.conv1d nn.conv2d nn.conv3d nn.conv2d_transpose nn.max_pool1d nn.max_pool2d nn.avg_pool1d "
     "nn.avg_pool2d nn.adaptive_avg_pool1d nn.adaptive_avg_pool2d mean sum max min prod variance nn.softmax "
-    "nn.log_softmax nn.layer_norm nn.group_norm nn.rms_norm")
+    "nn.log_softmax nn.layer_norm nn.group_norm nn.rms_norm einsum")
 PATTERNS: dict[str, int] = {
     **{f"relax.{op}": ELEMWISE for op in _ELEMWISE_OPS.split()},
     **{f"relax.{op}": INJECTIVE for op in _INJECTIVE_OPS.split()},

@@ -65,7 +65,7 @@ def op_kind(name: str) -> str:
     # transformer search preferred it, 20-45% slower.
     if "attention" in name or ("matmul" in name and "softmax" in name):
         return "attention"
-    if "matmul" in name or "dense" in name:
+    if "matmul" in name or "dense" in name or "einsum" in name:
         return "matmul"
     if "pool" in name:
         return "pool"

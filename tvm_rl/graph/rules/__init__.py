@@ -6,7 +6,7 @@
     ...         new_mod = rule.apply(mod, match)
 """
 # Importing a family's module registers it; the action order is `base.ACTION_ORDER`, not this import order.
-from . import attention, concat, conv, layout, linear, matmul, nhwc, pool, simplify  # noqa: F401
+from . import algebra, attention, concat, conv, gemm, layout, linear, linear_merge, matmul, nhwc, norm, pool, simplify  # noqa: F401
 from .base import ACTION_ORDER, AllMatches, Match, Rule, all_rules, get_rule, register, rule_names, with_all_matches
 from .ir import Edit, Graph, RuleError
 

@@ -155,6 +155,10 @@ ACTION_ORDER: tuple[str, ...] = (
     "reshape_compose", "identity_shape_op", "fold_const_transform", "identity_arith", "dedup",
     "fold_tuple_get_item", "fuse_attention", "conv1x1_to_matmul", "matmul_to_conv1x1", "conv2d_to_nhwc",
     "permute_past_elementwise", "activation_after_maxpool", "avg_pool_to_conv",
+    # Transformer families (issue 21), appended after the shipped policy's 22.
+    "merge_sibling_linear", "split_fused_matmul", "merge_shared_weight_matmul", "matmul_associate",
+    "matmul_distribute", "fold_binary_into_weight", "combine_const_adds", "transpose_into_matmul", "pad_gemm",
+    "fold_layernorm_affine",
 )
 if len(set(ACTION_ORDER)) != len(ACTION_ORDER):
     raise ValueError(f"ACTION_ORDER lists {sorted({n for n in ACTION_ORDER if ACTION_ORDER.count(n) > 1})} "
