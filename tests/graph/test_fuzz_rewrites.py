@@ -29,8 +29,9 @@ def test_random_graphs_are_well_formed_deterministic_and_match_most_families():
             if rule.matches(mod):
                 matched[rule.name] += 1
     assert dtypes["float16"] >= 5 and dtypes["float32"] >= 30
-    # Biased towards matches: most families have a place to rewrite in a handful of random graphs.
-    assert len(matched) >= 20, sorted(set(rule_names()) - set(matched))
+    # Biased towards matches: nearly every family has a place to rewrite in a handful of random graphs (all 32
+    # with this seed; the transformer families through their own motifs).
+    assert len(matched) >= 30, sorted(set(rule_names()) - set(matched))
 
 
 @pytest.mark.slow
@@ -40,7 +41,7 @@ def test_random_rewrite_sequences_never_change_results():
     assert not failures, "\n\n".join(f.report() for f in failures[:3])
     assert not cov.unbuildable
     assert cov.graphs >= 300, cov.table()
-    assert cov.families() >= 18, cov.table()
+    assert cov.families() >= 28, cov.table()
 
 
 class _WrongOrderPermuteCompose(layout.PermuteCompose):
