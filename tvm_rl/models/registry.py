@@ -15,7 +15,7 @@ Builder = Callable[[str], "tuple[torch.nn.Module, tuple[torch.Tensor, ...]]"]
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """One zoo entry: a name, a family ("transformer" or "cnn"), and its builder."""
+    """One zoo entry: a name, a family ("transformer", "cnn", or "heldout"), and its builder."""
 
     name: str
     family: str
@@ -46,9 +46,18 @@ def spec(name: str) -> ModelSpec:
         raise UnknownModelError(f"unknown zoo model {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
 
 
+HELD_OUT = "heldout"  # test models for zero-shot evaluation, kept out of the default zoo (see models/heldout.py)
+
+
 def names(family: str | None = None) -> list[str]:
-    """Registered model names, in registration order, optionally of one family."""
-    return [n for n, s in _REGISTRY.items() if family is None or s.family == family]
+    """Registered model names, in registration order, optionally of one family.
+
+    Without a family: the zoo used for training and benchmarks, i.e. every model except those of family
+    "heldout" (the zero-shot test models); ask for them by name with `names("heldout")`. `spec` and
+    `models.load` know every registered model, held out or not."""
+    if family is None:
+        return [n for n, s in _REGISTRY.items() if s.family != HELD_OUT]
+    return [n for n, s in _REGISTRY.items() if s.family == family]
 
 
 def pick(configs: dict, size: str):
