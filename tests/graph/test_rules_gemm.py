@@ -167,6 +167,18 @@ def test_transpose_into_matmul_needs_an_activation_read_once():
     weight = T.rand(np.random.default_rng(0), 5, 4)
     mod = T.module(lambda e, a: e(R.matmul(a, e(R.permute_dims(weight, [1, 0])))), [(3, 4)])
     assert not offered("transpose_into_matmul", mod)
+    # ... also reached through a broadcast, which hides it from the operand's own constant check (find raised
+    # on it while the fuzzer's motifs were written) ...
+    batched = T.rand(np.random.default_rng(1), 2, 3, 4)
+    mod = T.module(lambda e, x: e(R.matmul(x, e(R.broadcast_to(e(R.permute_dims(batched, [0, 2, 1])), (2, 4, 3))))),
+                   [(2, 3, 4)])
+    assert not offered("transpose_into_matmul", mod)
+    # ... and one transposed twice: its source is a binding, but the chain folds to a constant all the same.
+    mod = T.module(lambda e, x: e(R.matmul(x, e(R.permute_dims(e(R.permute_dims(batched, [0, 2, 1])), [0, 2, 1])))),
+                   [(2, 3, 3)])
+    g = Graph(mod)
+    assert all(g.const(call.args[1]) is not None for _, call in g.calls("relax.matmul"))
+    assert not offered("transpose_into_matmul", mod)
 
 
 # ================================================================================================ pad_gemm
