@@ -31,11 +31,9 @@ from graph_search import (  # noqa: E402
     measure_variants,
     open_database_arg,
     proxy_hardware,
-    tuner,
-    variant_measure,
 )
 
-from tvm_rl import measure, models  # noqa: E402
+from tvm_rl import measure, models, tuned_cost  # noqa: E402
 from tvm_rl.graph import cost, roofline, search  # noqa: E402
 from tvm_rl.graph.rules import get_rule  # noqa: E402
 
@@ -65,8 +63,13 @@ def commuted_adds(mod):
     return edit.commit("commute every add")
 
 
+# Left out of "all": it splits what merge_sibling_linear merged, so together they would undo each other.
+NOT_IN_ALL = ("split_fused_matmul",)
+
+
 def forced_variants(mod) -> dict[str, tuple]:
-    """family -> (its every match applied, seconds, matches) for each family that matches; plus "all"."""
+    """family -> (its every match applied, seconds, matches) for each family that matches; plus "all" (every
+    family but `NOT_IN_ALL`, in `FAMILIES` order)."""
     out, together, applied_all, start_all = {}, mod, [], time.perf_counter()
     for name in FAMILIES:
         rule = get_rule(name)
@@ -74,8 +77,9 @@ def forced_variants(mod) -> dict[str, tuple]:
         new, applied = rule.apply_all(mod)
         if applied:
             out[name] = (new, time.perf_counter() - start, [str(m) for m in applied])
-        together, more = rule.apply_all(together)
-        applied_all += [str(m) for m in more]
+        if name not in NOT_IN_ALL:
+            together, more = rule.apply_all(together)
+            applied_all += [str(m) for m in more]
     if applied_all and len(out) > 1:
         out["all"] = (together, time.perf_counter() - start_all, applied_all)
     return out
@@ -107,6 +111,34 @@ def print_account(name: str, before: dict, after: dict, best: str) -> None:
               f"{a['ms']:>10.3f}{ratio:>8}")
 
 
+def seeded_tuner(target, args):
+    """mod -> the database after tuning mod's kernels into --database with --seed (graph_search's tuner, seeded)."""
+    from tvm_rl.tune import tune_model
+
+    return lambda mod: tune_model(mod, target, args.database, trials_per_kernel=args.tune_trials, seed=args.seed)[0]
+
+
+def json_path(target_kind: str, size: str, seed: int) -> Path:
+    return Path(__file__).resolve().parents[1] / "logs" / \
+        f"transformer_rules_{target_kind}_{size}{f'_seed{seed}' if seed else ''}.json"
+
+
+def summarize(target_kind: str, size: str) -> None:
+    """Per model and variant over every seed's JSON: the speedup over the original and over the re-tuned
+    original (the control), mean and range; a variant is worth something only beyond the control's spread."""
+    runs = [json.loads(p.read_text()) for p in sorted(json_path(target_kind, size, 0).parent.glob(
+        f"transformer_rules_{target_kind}_{size}*.json"))]
+    print(f"\n{len(runs)} tuning seeds: speedup over the original (min-max), and over the re-tuned original")
+    print(f"{'model':<12}{'variant':<26}{'vs original':>22}{'vs control':>22}")
+    for name in dict.fromkeys(n for r in runs for n in r["models"]):
+        rows = [r["models"][name]["variants"] for r in runs if name in r["models"]]
+        for key in rows[0]:
+            s = [r[key]["speedup"] for r in rows if key in r]
+            c = [r[key]["latency_ms"] and r[CONTROL]["latency_ms"] / r[key]["latency_ms"] for r in rows if key in r]
+            print(f"{name:<12}{key:<26}{sum(s) / len(s):>8.2f} ({min(s):.2f}-{max(s):.2f})"
+                  f"{sum(c) / len(c):>10.2f} ({min(c):.2f}-{max(c):.2f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", default="tiny", choices=models.SIZES)
@@ -117,13 +149,22 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--kernel-repeat", type=int, default=10, help="timings per kernel in the per-kind account")
     ap.add_argument("--force", action="store_true", help="re-run models already in the JSON")
+    ap.add_argument("--seed", type=int, default=0, help="tuning seed; give each seed its own --database so that "
+                    "every kernel is tuned afresh (an independent sample of tuning luck)")
+    ap.add_argument("--proxy-database", default=None, help="the tuning database the search's proxy is fitted to "
+                    "(default --database; a fresh seed's database is empty when the search runs)")
+    ap.add_argument("--summary", action="store_true", help="print the summary over every seed's JSON and exit")
     args = ap.parse_args()
+    if args.summary:
+        summarize(measure.parse_target(args.target).kind.name, args.size)
+        return
     check_tuning_args(ap, args)
     target = measure.parse_target(args.target)
     database = open_database_arg(args.database)
-    out = Path(__file__).resolve().parents[1] / "logs" / f"transformer_rules_{target.kind.name}_{args.size}.json"
+    out = json_path(target.kind.name, args.size, args.seed)
+    tuner = seeded_tuner(target, args) if args.tune_trials else None
     results = json.loads(out.read_text())["models"] if out.exists() else {}
-    hardware = proxy_hardware(target, args.database)
+    hardware = proxy_hardware(target, args.proxy_database or args.database)
     fn = cost.roofline_cost(hardware)
     for name in args.models:
         if name in results and not args.force:
@@ -134,10 +175,13 @@ def main() -> None:
         variants = {"original": (model.mod, 0.0, []), CONTROL: (commuted_adds(model.mod), 0.0, []),
                     **forced_variants(model.mod)}
         r = search.greedy(model.mod, fn, cap=args.cap)
-        variants["greedy"] = confirmed(r, model.mod, variant_measure(model, target, args), not args.no_confirm)
-        rows = measure_variants(model, variants, target, database, args.repeat, fn, tuner(target, args))
+        pair = tuned_cost.tuned_pair_measure(target, model.inputs, args.database, args.tune_trials, args.repeat,
+                                             seed=args.seed) if args.tune_trials else \
+            cost.pair_measure(target, model.inputs, database, repeat=args.repeat)
+        variants["greedy"] = confirmed(r, model.mod, pair, not args.no_confirm)
+        rows = measure_variants(model, variants, target, database, args.repeat, fn, tuner)
         best = max((k for k in rows if k not in ("original", CONTROL)), key=lambda k: rows[k]["speedup"])
-        db = tuner(target, args)(variants[best][0]) if args.tune_trials else database
+        db = tuner(variants[best][0]) if tuner is not None else database
         account = {"original": kernel_account(model.mod, target, db, args.kernel_repeat),
                    best: kernel_account(variants[best][0], target, db, args.kernel_repeat)}
         results[name] = {"variants": rows, "best": best, "kernels_by_kind": account,
@@ -146,7 +190,8 @@ def main() -> None:
               + f" [{results[name]['seconds']:.0f} s]", flush=True)
         print_account(name, account["original"], account[best], best)
         out.parent.mkdir(exist_ok=True)
-        out.write_text(json.dumps({"target": str(target), "size": args.size, "proxy": hardware.as_dict(),
+        out.write_text(json.dumps({"target": str(target), "size": args.size, "seed": args.seed,
+                                   "proxy": hardware.as_dict(),
                                    "database": cost.database_tag(database), "tune_trials": args.tune_trials,
                                    "repeat": args.repeat, "models": results}, indent=1))
     print(f"\n{'model':<12}{'variant':<28}{'ms':>10}{'speedup':>9}{'rewrites':>9}  ok")
