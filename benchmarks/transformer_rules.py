@@ -134,7 +134,7 @@ def summarize(target_kind: str, size: str) -> None:
         rows = [r["models"][name]["variants"] for r in runs if name in r["models"]]
         for key in rows[0]:
             s = [r[key]["speedup"] for r in rows if key in r]
-            c = [r[key]["latency_ms"] and r[CONTROL]["latency_ms"] / r[key]["latency_ms"] for r in rows if key in r]
+            c = [r[CONTROL]["latency_ms"] / r[key]["latency_ms"] for r in rows if key in r]
             print(f"{name:<12}{key:<26}{sum(s) / len(s):>8.2f} ({min(s):.2f}-{max(s):.2f})"
                   f"{sum(c) / len(c):>10.2f} ({min(c):.2f}-{max(c):.2f})")
 

@@ -100,8 +100,8 @@ def op_flops(call: Call, out: Var) -> float:
         a = static_shape(call.args[0].ty)
         return 2.0 * n_out * (a[-1] if a else 0)
     if name == "relax.einsum":
-        sizes = einsum_sizes(call)
-        return 2.0 * float(np.prod(list(sizes.values()), dtype=np.float64)) if sizes else float(n_out)
+        spec = einsum_indices(call)
+        return 2.0 * float(np.prod(list(spec[3].values()), dtype=np.float64)) if spec else float(n_out)
     if name in ("relax.nn.conv2d", "relax.nn.conv1d", "relax.nn.conv3d"):
         w = static_shape(call.args[1].ty)
         out_channels = w[str(call.attrs.kernel_layout).index("O")] if w else 1
@@ -151,37 +151,38 @@ class FusedKernel(NamedTuple):
     gemm: GemmShape | None = None
 
 
-def einsum_sizes(call) -> dict[str, int] | None:
-    """Each index letter of a two-operand `relax.einsum` with explicit subscripts -> its size; None otherwise."""
+def einsum_indices(call) -> tuple[str, str, str, dict[str, int]] | None:
+    """(lhs, rhs, output subscripts, each index letter -> its size) of a two-operand `relax.einsum` with
+    explicit subscripts; None otherwise."""
     spec = str(call.attrs.subscripts).replace(" ", "")
     if "->" not in spec or "." in spec:
         return None
-    inputs = spec.split("->")[0].split(",")
+    inputs, out = spec.split("->")
+    letters = inputs.split(",")
     operands = call.args[0].fields if isinstance(call.args[0], Tuple) else ()
-    if len(inputs) != 2 or len(operands) != 2:
+    if len(letters) != 2 or len(operands) != 2:
         return None
     sizes: dict[str, int] = {}
-    for letters, operand in zip(inputs, operands):
+    for indices, operand in zip(letters, operands):
         shape = static_shape(operand.ty)
-        if shape is None or len(shape) != len(letters):
+        if shape is None or len(shape) != len(indices):
             return None
-        sizes.update(zip(letters, (int(d) for d in shape)))
-    return sizes
+        sizes.update(zip(indices, (int(d) for d in shape)))
+    return letters[0], letters[1], out, sizes
 
 
 def _gemm_of(call) -> GemmShape | None:
     name = op_name(call)
     if name == "relax.matmul":
         return gemm_shape(static_shape(call.args[0].ty), static_shape(call.args[1].ty))
-    if name != "relax.einsum" or (sizes := einsum_sizes(call)) is None:
+    if name != "relax.einsum" or (spec := einsum_indices(call)) is None:
         return None
-    # Output letters in both operands are batch, in one only M or N; letters summed over are K.
-    (a, b), out = str(call.attrs.subscripts).replace(" ", "").split("->")[0].split(","), \
-        str(call.attrs.subscripts).split("->")[1].strip()
+    a, b, out, sizes = spec
 
     def size(letters) -> int:
         return int(np.prod([sizes[c] for c in letters], dtype=np.int64))
 
+    # Output letters in both operands are batch, in one only M or N; letters summed over are K.
     return GemmShape(size([c for c in out if c in a and c in b]), size([c for c in out if c in a and c not in b]),
                      size([c for c in out if c in b and c not in a]), size([c for c in sizes if c not in out]))
 
