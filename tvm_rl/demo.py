@@ -1,4 +1,4 @@
-"""`tvm-rl demo` (`make demo`): the main job, `tvm_rl.optimize` (RL rewrite pass + PPOSearch), on a built-in
+"""`tvm-rl demo` (`make demo`): the main job, `tvm_rl.optimize` (graph rewrite pass + PPOSearch), on a built-in
 full-size CNN block, beside what a user would otherwise run on the same block:
 
 - TVM's default pipeline (no tuning),
@@ -120,6 +120,7 @@ def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", 
 
     from .bench import tolerance
     from .flow import optimize
+    from .graph.arms import DEFAULT_ARM
     from .tune import tune_model
 
     tgt = measure.parse_target(target)
@@ -155,7 +156,7 @@ def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", 
     spent["evolutionary"] = spent.get("evolutionary", 0.0) + (time.perf_counter() - t)
     evo_exe = measure.build(m.mod, tgt, evo_db)
 
-    _say(f"4/5 tvm_rl.optimize: RL rewrite pass, then PPOSearch with {trials} trials per kernel")
+    _say(f"4/5 tvm_rl.optimize: graph rewrite pass ({DEFAULT_ARM}), then PPOSearch with {trials} trials per kernel")
     result = optimize(m, tgt, work_dir=work / "tvm_rl", trials_per_kernel=trials, rewrite_seconds=rewrite_seconds,
                       seed=seed)
     rewritten = result.rewritten
@@ -205,12 +206,13 @@ def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", 
         "tvm_default": {"label": "TVM default build"},
         "evolutionary": {"label": f"MetaSchedule evolutionary ({trials}/kernel)", "kernels": evo_report.tasks,
                          "tuning_s": round(spent["evolutionary"], 1), **_arm_db(work / "evolutionary")},
-        "rl_pass_evolutionary": {"label": f"RL pass + MetaSchedule evolutionary ({trials}/kernel)",
+        "rl_pass_evolutionary": {"label": f"graph pass + MetaSchedule evolutionary ({trials}/kernel)",
                                  "tuning_s": round(spent.get("rl_pass_evolutionary", 0.0), 1),
                                  **_arm_db(work / "rl_pass_evolutionary")},
-        "tvm_rl": {"label": f"tvm_rl.optimize (RL pass + PPOSearch, {trials}/kernel)", "kernels": rep.kernels_tuned,
+        "tvm_rl": {"label": f"tvm_rl.optimize (graph pass + PPOSearch, {trials}/kernel)", "kernels": rep.kernels_tuned,
                    "tuning_s": round(spent["tvm_rl"], 1), **_arm_db(work / "tvm_rl" / "tuning" / tgt.kind.name),
-                   "graph_rewrites": rep.graph_rewrites, "kept_default_build": rep.kept_default},
+                   "graph_rewrites": rep.graph_rewrites, "graph_policy": rep.graph_policy,
+                   "kept_default_build": rep.kept_default},
     }
     if ablation_exe is None:
         del arms["rl_pass_evolutionary"]
@@ -297,7 +299,7 @@ def parser(prog: str = "tvm-rl demo") -> argparse.ArgumentParser:
     ap.add_argument("--target", default="llvm", help="a CPU target (default: llvm, this CPU)")
     ap.add_argument("--work-dir", default="logs/demo", help="databases, JSON and plot go under here")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rewrite-seconds", type=float, default=30.0, help="time budget of the RL rewrite pass")
+    ap.add_argument("--rewrite-seconds", type=float, default=30.0, help="time budget of the graph rewrite pass")
     ap.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds")
     ap.add_argument("--threads", type=int, default=None, help="threads for PyTorch and ONNX Runtime (default: all)")
     ap.add_argument("--fresh", action="store_true", help="discard this setting's earlier databases and start over")

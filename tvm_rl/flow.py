@@ -29,6 +29,7 @@ class OptimizeReport:
     optimized_ms: float = 0.0
     graph_rewrites: list[str] = field(default_factory=list)
     graph_reason: str = ""
+    graph_policy: str = ""  # what chose the graph rewrites (an arm of tvm_rl.graph.arms; "" when skipped)
     kernels_tuned: int = 0
     trials_measured: int = 0
     max_abs_err: float = 0.0
@@ -44,7 +45,8 @@ class OptimizeReport:
         stages = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
         return (f"{self.model} on {self.target}: {self.default_ms:.3f} ms (TVM default build) -> "
                 f"{self.optimized_ms:.3f} ms optimized ({self.speedup:.2f}x); {len(self.graph_rewrites)} graph "
-                f"rewrites, {self.kernels_tuned} kernels tuned with {self.trials_measured} measurements; "
+                f"rewrites{f' ({self.graph_policy})' if self.graph_policy else ''}, {self.kernels_tuned} kernels "
+                f"tuned with {self.trials_measured} measurements; "
                 f"outputs match the source model (max abs err {self.max_abs_err:.2g}); {stages}"
                 + (f". The rewritten, tuned build measured {self.tuned_ms:.3f} ms, slower than the default build, so "
                    "the default build is returned (more --trials per kernel usually fixes this)"
@@ -104,7 +106,10 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
              trials_per_kernel: int = 16, strategy: str = "ppo", seed: int = 0, repeat: int = 20,
              rtol: float = 1e-3, atol: float = 1e-3) -> Optimized:
     """Optimize `model` for `target`; everything it writes goes under `work_dir` (database in
-    `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). Raises MismatchError if the
+    `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). `policy` chooses the graph
+    pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
+    ("cheapest-first", a rule without learning, which the learned policy did not beat); "trained" or a
+    checkpoint path runs a learned policy. Raises MismatchError if the
     optimized module's outputs differ from the source model's by more than rtol/atol (atol relative to the
     largest output)."""
     from .tune import tune_model
@@ -139,6 +144,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
                            seed=seed, cost=proxy)
         mod = rl(mod)
         report.graph_rewrites, report.graph_reason = rl.last_report.applied, rl.last_report.reason
+        report.graph_policy = rl.last_report.policy
         seconds["graph pass"] = time.perf_counter() - t
 
     rewritten = mod

@@ -15,8 +15,8 @@ def _shape(text: str) -> tuple[str, list[int]]:
 
 def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=(
-        "Optimize a model end to end: graph pass (RLRewritePass), kernel tuning (PPOSearch) into one database, "
-        "build, output check against the source model, timing. Example: "
+        "Optimize a model end to end: graph pass (RLRewritePass; --policy), kernel tuning (PPOSearch) into one "
+        "database, build, output check against the source model, timing. Example: "
         "tvm-rl optimize --onnx model.onnx --trials 16 --export logs/model.so"))
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="a zoo model name, tiny size (see tvm_rl.models.names())")
@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     ap.add_argument("--trials", type=int, default=16, help="measured trials per kernel (default 16)")
     ap.add_argument("--strategy", default="ppo", help="search strategy: ppo (default), evolutionary, annealing, ...")
     ap.add_argument("--no-rewrite", action="store_true", help="skip the graph pass")
+    ap.add_argument("--policy", default=None, help="graph pass: what chooses the rewrites, as in tvm-rl rewrite "
+                    "(cheapest-first, uniform, cost-softmax, untrained, trained, or a policy checkpoint; default "
+                    "cheapest-first, a rule without learning: the learned policy did not beat it)")
     ap.add_argument("--rewrite-steps", type=int, default=20, help="graph pass: rewrites at most (default 20)")
     ap.add_argument("--rewrite-seconds", type=float, default=60.0, help="graph pass: seconds at most (default 60)")
     ap.add_argument("--seed", type=int, default=0)
@@ -38,7 +41,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
 
     model = args.onnx if args.onnx else args.model
     out = optimize(model, args.target, shapes=dict(args.shape) or None, work_dir=args.work_dir,
-                   rewrite=not args.no_rewrite, rewrite_steps=args.rewrite_steps,
+                   rewrite=not args.no_rewrite, policy=args.policy, rewrite_steps=args.rewrite_steps,
                    rewrite_seconds=args.rewrite_seconds, trials_per_kernel=args.trials, strategy=args.strategy,
                    seed=args.seed)
     print(out.report.summary())

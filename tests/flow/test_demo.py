@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tvm_rl import demo
+from tvm_rl.graph import arms
 
 
 def test_demo_block_matches_pytorch_and_has_batch_norms_worth_folding():
@@ -65,6 +66,7 @@ def test_demo_runs_every_arm_once_and_resumes(tmp_path, capsys):
     assert all(arm["correct"] and arm["ms"] > 0 for arm in result["arms"].values())
     ours, evo = result["arms"]["tvm_rl"], result["arms"]["evolutionary"]
     assert "fold_batchnorm" in " ".join(ours["graph_rewrites"])
+    assert ours["graph_policy"] == arms.DEFAULT_ARM  # the demo runs the pass's default
     # Same budget per kernel; the pass folded three batch norms, so PPOSearch had fewer kernels to tune.
     assert 0 < ours["measurements"] <= 2 * ours["kernels"] and 0 < evo["measurements"] <= 2 * evo["kernels"]
     assert (run_dir / "demo.png").stat().st_size > 0

@@ -5,6 +5,7 @@ from tvm import relax
 
 import tvm_rl
 from tvm_rl.errors import TvmRlError
+from tvm_rl.graph import arms
 from tvm_rl.graph import testing as T
 
 
@@ -15,6 +16,7 @@ def test_optimize_a_relax_module_end_to_end(tmp_path, cpu):
     r = out.report
     assert r.default_ms > 0 and r.optimized_ms > 0 and r.kernels_tuned >= 1 and r.trials_measured >= 1
     assert {"import", "default build", "graph pass", "tuning"} <= set(r.seconds)
+    assert r.graph_policy == arms.DEFAULT_ARM  # policy=None runs the pass's default
     assert (tmp_path / f"optimize_{r.model}.json").exists()
     # Never slower than the default build: a tuned build that lost is replaced by the default one.
     assert r.optimized_ms <= r.default_ms and r.kept_default == (r.tuned_ms > r.default_ms)
@@ -35,6 +37,26 @@ def test_optimize_rejects_what_it_cannot_take():
 
     with pytest.raises(TvmRlError, match="example_inputs"):
         tvm_rl.optimize(torch.nn.Linear(2, 2))
+
+
+def test_cli_optimize_passes_the_graph_policy_on(monkeypatch, capsys):
+    """`--policy` reaches `optimize` (None, the pass's default, when not given), and the help names the default."""
+    import tvm_rl.flow
+    from tvm_rl.cli import main
+
+    seen = []
+
+    class Out:
+        report = tvm_rl.flow.OptimizeReport("m", "llvm", graph_policy="x")
+
+    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k["policy"]), Out())[1])
+    assert main(["optimize", "--model", "resnet18", "--policy", "trained"]) == 0
+    assert main(["optimize", "--model", "resnet18"]) == 0
+    assert seen == ["trained", None]
+    assert "graph rewrites (x)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["optimize", "--help"])
+    assert f"default {arms.DEFAULT_ARM}" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.slow

@@ -1,11 +1,14 @@
 """The pass's arms (tvm_rl.graph.arms), greedy-never-stop and the ablation's statistics: each arm's choices are
 what it claims, seeds repeat, and the pass with a rule instead of a network stays exact and never costlier."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from tvm_rl import models
-from tvm_rl.graph import ablation, arms, profiles, roofline, search
+from tvm_rl.graph import ablation, arms, profiles, rewrite_pass, roofline, search
 from tvm_rl.graph import cost as costs
 from tvm_rl.graph import testing as T
 from tvm_rl.graph.agent import DEFAULT_POLICY, GraphActorCritic, PolicyConfig, PolicyError
@@ -106,6 +109,75 @@ def test_the_pass_takes_arm_names_checkpoints_and_networks():
     assert RLRewritePass(policy=net).policy is net
     with pytest.raises(PolicyError, match="does not exist"):
         RLRewritePass(policy="cheapest_first")  # a misspelt arm is read as a checkpoint path, and said missing
+
+
+# ---- the default: the best arm without learning (issue 20)
+
+ABLATIONS = [Path(__file__).resolve().parents[2] / "logs" / name
+             for name in ("graph_ablation_llvm_full_proxy.json", "graph_ablation_heldout_llvm_full_proxy.json")]
+
+
+def test_the_default_arm_is_what_the_committed_ablation_supports():
+    """The project's rule on the committed ablation (the zoo and the held-out models, by the proxy): a learned
+    arm is the default only if it is never below the best rule beyond noise (`ablation.THRESHOLD`) and ahead of
+    it on the geometric mean; otherwise the default is the rule with the best geometric mean, itself never below
+    the best rule beyond noise on any model."""
+    summaries = {}
+    for path in ABLATIONS:
+        summaries |= {m: r["summary"] for m, r in json.loads(path.read_text())["models"].items()}
+    assert len(summaries) >= 15, sorted(summaries)  # the 11 full-size zoo models and the 4 held-out ones
+    compared = [ablation.compare({a: s[a] for a in arms.ARMS}) for s in summaries.values()]
+    rules = [a for a in arms.ARMS if a not in arms.LEARNED]
+    geo = {a: ablation.geomean(s[a]["mean"] for s in summaries.values()) for a in arms.ARMS}
+    best_rule = max(rules, key=geo.get)
+
+    def holds_up(arm: str) -> bool:
+        return all(c["vs_best"][arm] >= -ablation.THRESHOLD for c in compared)
+
+    winners = [a for a in arms.LEARNED if holds_up(a) and geo[a] > geo[best_rule]]
+    if arms.DEFAULT_ARM in arms.LEARNED:
+        assert arms.DEFAULT_ARM in winners, (geo, compared)
+    else:
+        assert not winners, f"{winners} beat the rules: the default should be learned again"
+        assert arms.DEFAULT_ARM == best_rule and holds_up(best_rule), (geo, compared)
+
+
+@pytest.mark.parametrize("make", [lambda: bn_chain_graph(3), lambda: models.load("squeezenet1_1", "tiny").mod])
+def test_the_default_pass_is_the_default_arm_run_explicitly(make):
+    mod = make()
+    runs = [RLRewritePass(policy=p, max_steps=6, episodes=3, seed=4, confirm=False, cost=PROXY)
+            for p in (None, arms.DEFAULT_ARM)]
+    outs = [r(mod) for r in runs]
+    assert same_graph(outs[0], outs[1])
+    assert runs[0].last_report.applied == runs[1].last_report.applied
+    assert runs[0].last_report.steps == runs[1].last_report.steps >= 1
+    assert runs[0].last_report.policy == runs[1].last_report.policy == arms.DEFAULT_ARM
+
+
+def test_the_default_pass_loads_no_network_and_runs_no_torch(monkeypatch):
+    """While the default is a rule (the test above), it loads no checkpoint, encodes no graph and leaves torch
+    alone."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the default pass must not touch the policy network or torch")
+
+    monkeypatch.setattr(GraphActorCritic, "load", classmethod(forbidden))
+    monkeypatch.setattr(torch, "set_num_threads", forbidden)
+    monkeypatch.setattr(rewrite_pass, "observe", forbidden)  # what encodes the graphs for a network
+    rewrite = RLRewritePass(max_steps=4, episodes=2, confirm=False, cost=PROXY)
+    assert rewrite.policy is None
+    mod = bn_chain_graph(2)
+    out = rewrite(mod)
+    assert rewrite.last_report.kept and PROXY(out) < PROXY(mod)
+
+
+def test_the_trained_policy_stays_an_option(monkeypatch):
+    """`policy="trained"` still loads the shipped checkpoint, encodes the graphs and chooses with its network."""
+    encoded, observe = [], rewrite_pass.observe
+    monkeypatch.setattr(rewrite_pass, "observe", lambda *a, **k: (encoded.append(1), observe(*a, **k))[1])
+    rewrite = RLRewritePass(policy="trained", max_steps=2, episodes=1, confirm=False, cost=PROXY)
+    assert rewrite.policy is not None and rewrite.policy.path == DEFAULT_POLICY
+    rewrite(T.merge_matmul_graph())
+    assert encoded and rewrite.last_report.policy == "trained" and rewrite.last_report.steps >= 1
 
 
 def test_untrained_weights_come_from_the_seed_alone():

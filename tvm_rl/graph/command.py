@@ -9,19 +9,23 @@ from pathlib import Path
 import tvm
 
 from .. import measure, models
+from .arms import ARMS, DEFAULT_ARM
 
 
 def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=(
-        "Rewrite a model's Relax graph with the RL policy (RLRewritePass) and report what it did. The result is "
-        "kept only if it is cheaper by the cost model and, unless --no-confirm, measures faster end to end."))
+        "Rewrite a model's Relax graph with the graph pass (RLRewritePass) and report what it did. By default the "
+        f"rewrites are chosen by {DEFAULT_ARM}, a rule without learning: the learned policy did not beat it "
+        "(docs/results/graph_ablation.md); --policy trained runs the learned one. The result is kept only if it "
+        "is cheaper by the cost model and, unless --no-confirm, measures faster end to end."))
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="a zoo model name (see tvm_rl.models.names())")
     what.add_argument("--onnx", help="an ONNX file (static shapes)")
     ap.add_argument("--size", default="tiny", choices=models.SIZES, help="zoo model size (default tiny)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
-    ap.add_argument("--policy", default=None, help="policy checkpoint, or an arm without learning: uniform, "
-                    "cheapest-first, cost-softmax, untrained (default: the one shipped with tvm-rl)")
+    ap.add_argument("--policy", default=DEFAULT_ARM, help=f"what chooses the rewrites: {', '.join(ARMS)} "
+                    "(trained: the learned policy shipped with tvm-rl), or a policy checkpoint from tvm-rl train "
+                    f"(default {DEFAULT_ARM}, a rule without learning)")
     ap.add_argument("--steps", type=int, default=50,
                     help="rewrites per episode at most (default 50; the time budget usually ends an episode first on "
                          "full-size models)")
@@ -57,12 +61,13 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     (work / f"rewrite_{name}.relax.json").write_text(tvm.ir.save_json(out))
-    report = {"model": name, "target": str(target), "kept": r.kept, "reason": r.reason, "applied": r.applied,
+    report = {"model": name, "target": str(target), "policy": args.policy, "kept": r.kept, "reason": r.reason,
+              "applied": r.applied,
               "cost_ms": r.cost, "initial_cost_ms": r.initial_cost, "measured_ms": r.final_ms,
               "initial_measured_ms": r.initial_ms, "speedup": r.speedup, "episodes": r.episodes, "steps": r.steps,
               "search_seconds": r.seconds, "confirm_seconds": r.confirm_seconds}
     (work / f"rewrite_{name}.json").write_text(json.dumps(report, indent=1))
-    print(f"{name}: {r.reason}; {r.episodes} episodes, {r.steps} steps, {r.seconds:.1f} s search"
+    print(f"{name}: {r.reason} (policy {args.policy}); {r.episodes} episodes, {r.steps} steps, {r.seconds:.1f} s search"
           + (f", {r.confirm_seconds:.1f} s confirming" if r.confirm_seconds else ""))
     for step in r.applied:
         print(f"  {step}")

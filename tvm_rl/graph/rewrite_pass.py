@@ -1,15 +1,18 @@
-"""`RLRewritePass`: the trained graph policy as a TVM module pass over Relax.
+"""`RLRewritePass`: graph rewriting as a TVM module pass over Relax.
 
     seq = tvm.transform.Sequential([RLRewritePass(target="llvm"), relax.transform.LegalizeOps()])
     exe = tvm.compile(seq(mod), target="llvm")
 
-Per episode the policy rewrites `main` one (rule, match) at a time until it picks "stop" or the step/time
-budget runs out; for a network the first episode is greedy (its argmax), the others sample. The policy may
-also be one of the choosers without learning in `arms` ("uniform", "cheapest-first", "cost-softmax",
-"untrained"), run in the same loop. The cheapest graph met on any episode (by the cost function, default: the
-roofline proxy) is kept. It is returned only if it is cheaper than the input, and, with `confirm` (the
-default), only if it also *measures* faster end to end on the target (with `database`'s tuned kernels, the
-same for both): the pass never returns a graph that is slower than its input by the measure it was given.
+Per episode a chooser (an "arm" of `arms`) rewrites `main` one (rule, match) at a time until it picks "stop" or
+the step/time budget runs out. The default, `arms.DEFAULT_ARM`, is "cheapest-first", a rule without learning:
+the learned policy did not beat it (docs/results/graph_ablation.md), so it runs no network and loads no
+checkpoint. The learned policy stays an option (`policy="trained"`, a checkpoint path or a `GraphActorCritic`;
+its first episode is its argmax, the others sample), as do "uniform", "cost-softmax" and "untrained", all run
+in the same loop (what each does per episode: `arms`). The cheapest graph met on any episode (by the cost
+function, default: the roofline proxy) is kept. It is returned only if it is cheaper than the input, and, with
+`confirm` (the default), only if it also *measures* faster end to end on the target (with `database`'s tuned
+kernels, the same for both): the pass never returns a graph that is slower than its input by the measure it
+was given.
 What it did is logged (logger "tvm_rl.graph") and kept in `.last_report`.
 """
 from __future__ import annotations
@@ -54,6 +57,7 @@ class RewriteReport:
     kept: bool = False
     reason: str = ""
     best_episode: int | None = None  # the episode the kept graph came from (None: no cheaper graph found)
+    policy: str = ""  # the arm that chose the rewrites (`arms.Arm.name`; a checkpoint's network is "trained")
 
     @property
     def speedup(self) -> float:
@@ -110,14 +114,16 @@ def rollout(mod: tvm.IRModule, policy: arms.Arm | GraphActorCritic, cost: costs.
 
 @tvm.transform.module_pass(opt_level=0, name="RLRewritePass")
 class RLRewritePass:
-    """Rewrite `main` with the graph policy (default: `arms.DEFAULT_ARM`, the policy shipped with tvm-rl).
+    """Rewrite `main` with a chooser of rewrites (default: `arms.DEFAULT_ARM`, "cheapest-first", a rule without
+    learning, which the learned policy did not beat).
 
-    target: what the graph is optimised and measured for. policy: a `GraphActorCritic`, a checkpoint path, an
-    `arms.Arm`, or an arm's name: "trained" (the shipped checkpoint), "uniform", "cheapest-first",
-    "cost-softmax", "untrained" (a fresh network, weights from `seed`); see `tvm_rl.graph.arms`.
+    target: what the graph is optimised and measured for. policy: None (`arms.DEFAULT_ARM`), an arm's name:
+    "cheapest-first", "uniform", "cost-softmax", "untrained" (a fresh network, weights from `seed`), "trained"
+    (the learned policy shipped with tvm-rl); a checkpoint path; a `GraphActorCritic`; or an `arms.Arm`. See
+    `tvm_rl.graph.arms`.
     max_steps / time_budget_s: per-run budget (the time budget covers the search, not the confirmation).
-    episodes: for a network the first greedy, the rest sampled with `seed` (each arm: `arms`); the best graph
-    over all is kept.
+    episodes: cheapest-first's and a network's first is greedy, the rest sample with `seed` (each arm:
+    `arms`); the best graph over all is kept.
     confirm: measure input and result end to end (median of `repeat`) and keep the result only if faster;
     `database`: MetaSchedule database whose tuned kernels both builds use (on CPU untuned kernels are naive
     loops). cost: the cost function steering the search (default: the roofline proxy for `target`, fitted to
@@ -166,6 +172,8 @@ class RLRewritePass:
         self.last_report: RewriteReport | None = None
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        if self.policy is None:  # a rule: no tensors to run
+            return self._rewrite(mod)
         # The policy's tensors are small (hundreds of nodes a graph): one thread is as fast, and with several,
         # every op waits for the slowest thread, so one core busy with another job can double a step's time.
         threads = torch.get_num_threads()
@@ -176,7 +184,7 @@ class RLRewritePass:
             torch.set_num_threads(threads)
 
     def _rewrite(self, mod: tvm.IRModule) -> tvm.IRModule:
-        report = RewriteReport()
+        report = RewriteReport(policy=self.arm.name)
         self.last_report = report
         start = time.perf_counter()
         reason = self._unsupported(mod)
