@@ -104,15 +104,18 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
              shapes: dict[str, Sequence[int]] | None = None, name: str | None = None, work_dir: str | Path = "logs",
              rewrite: bool = True, policy=None, rewrite_steps: int = 20, rewrite_seconds: float = 60.0,
              trials_per_kernel: int = 16, strategy: str = "ppo", seed: int = 0, repeat: int = 20,
-             rtol: float = 1e-3, atol: float = 1e-3) -> Optimized:
+             rtol: float = 1e-3, atol: float = 1e-3, cost_model: str | None = None) -> Optimized:
     """Optimize `model` for `target`; everything it writes goes under `work_dir` (database in
     `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). `policy` chooses the graph
     pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
     ("cheapest-first", a rule without learning, which the learned policy did not beat); "trained" or a
-    checkpoint path runs a learned policy. Raises MismatchError if the
+    checkpoint path runs a learned policy. `cost_model` rates the tuner's candidates, as `tvm-rl tune
+    --cost-model` takes it (None: MetaSchedule's XGBModel; "xgb-pretrained": the model shipped for the target
+    kind; or a model file). Raises MismatchError if the
     optimized module's outputs differ from the source model's by more than rtol/atol (atol relative to the
     largest output)."""
     from .tune import tune_model
+    from .tune.cost_model import from_spec as cost_model_from_spec
 
     target = measure.parse_target(target)
     work = Path(work_dir)
@@ -150,7 +153,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     rewritten = mod
     t = time.perf_counter()
     database, tuned = tune_model(mod, target, work / "tuning" / target.kind.name, trials_per_kernel=trials_per_kernel,
-                                 trials_per_iter=min(8, trials_per_kernel), strategy=strategy, seed=seed)
+                                 trials_per_iter=min(8, trials_per_kernel), strategy=strategy, seed=seed,
+                                 cost_model=cost_model_from_spec(cost_model, seed, target.kind.name))
     report.kernels_tuned, report.trials_measured = tuned.tasks, tuned.measured
     seconds["tuning"] = time.perf_counter() - t
 

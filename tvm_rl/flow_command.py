@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
     ap.add_argument("--trials", type=int, default=16, help="measured trials per kernel (default 16)")
     ap.add_argument("--strategy", default="ppo", help="search strategy: ppo (default), evolutionary, annealing, ...")
+    ap.add_argument("--cost-model", default=None, metavar="MODEL",
+                    help="tuner's cost model: xgb, xgb-pretrained (the model shipped for the target kind), or a "
+                         "model file from `tvm-rl corpus train` (default MetaSchedule's XGBModel)")
     ap.add_argument("--no-rewrite", action="store_true", help="skip the graph pass")
     ap.add_argument("--policy", default=None, help="graph pass: what chooses the rewrites, as in tvm-rl rewrite "
                     "(cheapest-first, uniform, cost-softmax, untrained, trained, or a policy checkpoint; default "
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     out = optimize(model, args.target, shapes=dict(args.shape) or None, work_dir=args.work_dir,
                    rewrite=not args.no_rewrite, policy=args.policy, rewrite_steps=args.rewrite_steps,
                    rewrite_seconds=args.rewrite_seconds, trials_per_kernel=args.trials, strategy=args.strategy,
-                   seed=args.seed)
+                   seed=args.seed, cost_model=args.cost_model)
     print(out.report.summary())
     if args.export:
         print(f"exported {out.export(args.export)} (tvm.runtime.load_module + relax.VirtualMachine)")

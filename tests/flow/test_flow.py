@@ -59,6 +59,22 @@ def test_cli_optimize_passes_the_graph_policy_on(monkeypatch, capsys):
     assert f"default {arms.DEFAULT_ARM}" in " ".join(capsys.readouterr().out.split())
 
 
+def test_cli_optimize_passes_the_cost_model_on(monkeypatch):
+    """`--cost-model` reaches `optimize` (None when not given: MetaSchedule's XGBModel)."""
+    import tvm_rl.flow
+    from tvm_rl.cli import main
+
+    seen = []
+
+    class Out:
+        report = tvm_rl.flow.OptimizeReport("m", "llvm")
+
+    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k["cost_model"]), Out())[1])
+    assert main(["optimize", "--model", "resnet18", "--cost-model", "xgb-pretrained"]) == 0
+    assert main(["optimize", "--model", "resnet18"]) == 0
+    assert seen == ["xgb-pretrained", None]
+
+
 @pytest.mark.slow
 def test_cli_optimizes_and_exports_an_onnx_model(tmp_path, capsys):
     """A newcomer's path: an ONNX file in, an optimized, checked, exported library out, through the CLI."""

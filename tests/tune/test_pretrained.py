@@ -81,8 +81,8 @@ def test_missing_or_foreign_model_files_are_named(tmp_path):
     missing = tmp_path / "nowhere" / "model.npz"
     with pytest.raises(P.PretrainedModelError, match=str(missing)):
         cost_model.create("xgb-pretrained", path=missing)
-    with pytest.raises(TvmRlError, match="needs the path"):
-        cost_model.create("xgb-pretrained")
+    with pytest.raises(TvmRlError, match="no pre-trained cost model is shipped for 'cuda'"):
+        cost_model.create("xgb-pretrained", target_kind="cuda")
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a model")
     with pytest.raises(P.PretrainedModelError, match="junk.npz is not a tvm-rl pre-trained cost model"):
@@ -91,6 +91,22 @@ def test_missing_or_foreign_model_files_are_named(tmp_path):
     np.savez(other, format=np.array("something else"), version=np.array(1))
     with pytest.raises(P.PretrainedModelError, match="other.npz"):
         P.load_model(other)
+
+
+def test_the_shipped_model_is_found_by_target_kind(tmp_path, monkeypatch):
+    """`create("xgb-pretrained")` with no path loads the model shipped for the target kind, and `--cost-model
+    xgb-pretrained` (`from_spec`) does the same; a path still wins."""
+    monkeypatch.setattr(cost_model, "SHIPPED_DIR", tmp_path)
+    assert cost_model.shipped_model("llvm") is None
+    with pytest.raises(P.PretrainedModelError, match="no pre-trained cost model is shipped for 'llvm'"):
+        cost_model.from_spec("xgb-pretrained")
+    P.save_model(P.train(synthetic(), FAST), tmp_path / "cost_model_llvm.npz", {"target_kind": "llvm"})
+    assert cost_model.shipped_model("llvm") == tmp_path / "cost_model_llvm.npz"
+    assert cost_model.create("xgb-pretrained").path == tmp_path / "cost_model_llvm.npz"
+    assert cost_model.from_spec("xgb-pretrained", target_kind="llvm").path == tmp_path / "cost_model_llvm.npz"
+    other = P.save_model(P.train(synthetic(seed=1), FAST), tmp_path / "mine.npz", {"target_kind": "llvm"})
+    assert cost_model.from_spec(str(other)).path == other
+    assert cost_model.from_spec(None) is None and cost_model.from_spec("random").__class__.__name__ == "RandomModel"
 
 
 def test_refining_adds_trees_to_a_copy():

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from ..measure import host_cpu_target, parse_target
-from . import search_strategy
+from . import cost_model, search_strategy
 from .tasks import tune_model, tune_workloads
 
 
@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     ap.add_argument("--evaluations", type=int, default=None,
                     help="ppo, annealing: points the cost model rates per round (default 512)")
     ap.add_argument("--cost-model", default=None, metavar="MODEL",
-                    help="xgb, random, or a pre-trained model file (`tvm-rl corpus train`; docs/tuner_corpus.md); "
-                         "default MetaSchedule's XGBModel")
+                    help="xgb, random, xgb-pretrained (the model shipped for the target kind), or a pre-trained "
+                         "model file (`tvm-rl corpus train`; docs/tuner_corpus.md); default MetaSchedule's XGBModel")
     ap.add_argument("--check-results", action="store_true",
                     help="run each candidate once against the unscheduled kernel first; a wrong one is a failure")
     ap.add_argument("--work-dir", default=None, help="database folder (default logs/tuning/<target kind>)")
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         strategy = search_strategy.create(args.strategy, args.seed, args.walks, args.evaluations)
     common = dict(trials_per_kernel=args.trials, trials_per_iter=args.per_iter, strategy=strategy,
                   seed=args.seed, op_filter=args.op_filter, runner=runner, check_results=args.check_results,
-                  cost_model=_cost_model(args.cost_model, args.seed))
+                  cost_model=cost_model.from_spec(args.cost_model, args.seed, target.kind.name))
     if args.tophub:
         from .tophub import load_tasks
 
@@ -89,17 +89,6 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(report.failures.items()))
         print(f"{sum(report.failures.values())} candidates failed ({kinds}); reasons in {report.failure_log}")
     return 0
-
-
-def _cost_model(spec: str | None, seed: int):
-    """The cost model `--cost-model` names: None (MetaSchedule's default), a registry name, or a model file."""
-    if spec is None:
-        return None
-    from . import cost_model
-
-    if spec in cost_model.NAMES and spec != "xgb-pretrained":
-        return cost_model.create(spec, seed)
-    return cost_model.create("xgb-pretrained", seed, path=spec)
 
 
 def _remote_runner(args: argparse.Namespace, ap: argparse.ArgumentParser):

@@ -3,24 +3,35 @@
 The knob-space strategies and the tuner benchmark take theirs from here, so a strategy comparison gives every
 arm the same model, and a new model is one more entry in `create`. "xgb-pretrained" starts from a model trained
 on a corpus of measured schedules (`tune.pretrained`, docs/tuner_corpus.md) and is refined on the run's own
-records.
+records; without a file it is the model shipped in the package for the target kind (`shipped_model`).
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from tvm.s_tir import meta_schedule as ms
 
 from ...errors import TvmRlError
 
 NAMES = ("xgb", "random", "xgb-pretrained")
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "models"  # made by the commands in its README.md
 
 
-def create(name: str = "xgb", seed: int = 0, path: str | os.PathLike | None = None) -> ms.CostModel:
+def shipped_model(target_kind: str = "llvm") -> Path | None:
+    """The pre-trained cost model shipped with tvm-rl for a target kind ("llvm", "cuda"), or None if none is."""
+    path = SHIPPED_DIR / f"cost_model_{target_kind}.npz"
+    return path if path.is_file() else None
+
+
+
+def create(name: str = "xgb", seed: int = 0, path: str | os.PathLike | None = None,
+           target_kind: str = "llvm") -> ms.CostModel:
     """A fresh cost model: "xgb" is MetaSchedule's XGBModel with no warm-up (it would rate at random for its
     first 100 samples, the whole budget of a short run, so walks guided by it would be blind), "random" rates
-    at random (the control arm), "xgb-pretrained" loads the pre-trained model file `path`
-    (`tune.pretrained.PretrainedXGBModel`; a PretrainedModelError names a missing or unreadable file)."""
+    at random (the control arm), "xgb-pretrained" loads the pre-trained model file `path`, by default the one
+    shipped for `target_kind` (`tune.pretrained.PretrainedXGBModel`; a PretrainedModelError names a missing or
+    unreadable file, or says that no model is shipped for the target kind)."""
     if name == "xgb":
         return ms.cost_model.XGBModel(num_warmup_samples=0)
     if name == "random":
@@ -28,11 +39,22 @@ def create(name: str = "xgb", seed: int = 0, path: str | os.PathLike | None = No
     if name == "xgb-pretrained":
         from ..pretrained import PretrainedModelError, PretrainedXGBModel
 
+        path = path if path is not None else shipped_model(target_kind)
         if path is None:
-            raise PretrainedModelError("cost model 'xgb-pretrained' needs the path of a pre-trained model file "
-                                       "(`tvm-rl corpus train` writes one; docs/tuner_corpus.md)")
+            raise PretrainedModelError(f"no pre-trained cost model is shipped for {target_kind!r} targets; give "
+                                       "the path of one (`tvm-rl corpus train` writes one; docs/tuner_corpus.md)")
         return PretrainedXGBModel(path)
     raise TvmRlError(f"unknown cost model {name!r}; choose one of {', '.join(NAMES)}")
 
 
-__all__ = ["NAMES", "create"]
+def from_spec(spec: str | None, seed: int = 0, target_kind: str = "llvm") -> ms.CostModel | None:
+    """The cost model a `--cost-model` option names: None (MetaSchedule's default XGBModel), a name of `NAMES`
+    ("xgb-pretrained": the model shipped for `target_kind`), or the path of a pre-trained model file."""
+    if spec is None:
+        return None
+    if spec in NAMES:
+        return create(spec, seed, target_kind=target_kind)
+    return create("xgb-pretrained", seed, path=spec)
+
+
+__all__ = ["NAMES", "SHIPPED_DIR", "create", "from_spec", "shipped_model"]
