@@ -1,6 +1,8 @@
-"""Tuner benchmark: PPOSearch (with and without adaptive sampling), EvolutionarySearch, SimulatedAnnealing and
-random on fixed TopHub tasks; prints a table, writes logs/tuner_<target>.json and a PNG of the curves.
-`--quick` is a few-minute check; see `--help` for the sizes."""
+"""Tuner benchmark: search arms (MetaSchedule's evolutionary search with the default and the pre-trained cost
+model, PPOSearch learning / pre-trained / without updates / top-k, random) from the same measured first batch on
+eight conv2d, depthwise and (transformer) batch_matmul tasks; trials to a fixed per-task target and re-timed best
+latency, with task-clustered bootstrap CIs against evolutionary search. Writes logs/tuner_<target>.json and a PNG
+of the trials-to-target curves. `--quick` is a few-minute check; see `--help` and docs/results/tuner.md."""
 import sys
 
 from tvm_rl.tune.benchmark import main

@@ -1,14 +1,37 @@
-"""The tuner benchmark's measurements-to-target curves."""
-from tvm_rl.tune.benchmark import plot_reach, reach_fractions
+"""The tuner benchmark's trials-to-target curves, plot and tables (no tuning)."""
+from tvm_rl.tune import bench_stats
+from tvm_rl.tune.benchmark import format_table, format_tasks, plot_reach, reach_fractions, summarise
 
 
-def test_reach_fractions_count_runs_at_evolutionary_best(tmp_path):
-    runs = [{"task": "t", "strategy": "evolutionary", "seed": 0, "curve": [5.0, 4.0, 2.0]},
-            {"task": "t", "strategy": "ppo", "seed": 0, "curve": [3.0, 2.0, 1.0]},
-            {"task": "u", "strategy": "evolutionary", "seed": 0, "curve": [1.0, 1.0, 1.0]},
-            {"task": "u", "strategy": "ppo", "seed": 0, "curve": [9.0, 9.0, 9.0]}]
-    frac = reach_fractions(runs, 3)
-    assert frac["ppo"] == [0.0, 0.5, 0.5]  # task t reached 2.0 at trial 2; task u never
-    assert frac["evolutionary"] == [0.5, 0.5, 1.0]  # by definition it ends at its own best
-    plot_reach(runs, 3, tmp_path / "reach.png")
+def run(task, arm, seed, retimed, n=3):
+    """A run whose every trial improves on the last at tuning time, re-timed as `retimed`."""
+    tuning = [float(10 - i) for i in range(n)]
+    return {"task": task, "arm": arm, "seed": seed, "tuning_seconds": tuning,
+            "improvers": bench_stats.improvers(tuning), "retimed": retimed, "wall_seconds": 60.0}
+
+
+RUNS = [run("t", "evolutionary", 0, [5.0, 4.0, 2.0]), run("t", "ppo", 0, [3.0, 2.0, 1.0]),
+        run("u", "evolutionary", 0, [1.0, 1.0, 1.0]), run("u", "ppo", 0, [9.0, 9.0, 9.0])]
+
+
+def test_reach_fractions_and_plot(tmp_path):
+    frac = reach_fractions(RUNS, 3)
+    # Targets: t 1.0 x 1.05 (ppo reaches it at trial 3), u 1.0 x 1.05 (evolutionary from trial 1).
+    assert frac["ppo"] == [0.0, 0.0, 0.5]
+    assert frac["evolutionary"] == [0.5, 0.5, 0.5]
+    plot_reach(RUNS, 3, tmp_path / "reach.png", marks=[1, 3], shared=1)
     assert (tmp_path / "reach.png").stat().st_size > 0
+
+
+def test_tables_show_censoring_and_ratios():
+    rows = summarise(RUNS, [3], n_boot=100)
+    table = format_table(rows, [3])
+    assert "| ppo | 2 | 1/2 (50%) | > 3 |" in table  # one of two runs at target: the median run is not
+    assert "| evolutionary | 2 | 1/2 (50%) | > 3 | - | - |" in table
+    tasks = format_tasks(RUNS, 3)
+    assert "| t | 1050000.0 | 2000000.0 | 1000000.0 |" in tasks  # target and median best, seconds shown in us
+
+
+def test_old_format_runs_give_an_explicit_empty_table():
+    old = [{"task": "t", "strategy": "ppo", "seed": 0, "curve": [1.0], "wall_seconds": 3.0}]
+    assert "no re-timed runs" in format_table(summarise(old, 32), 32)

@@ -1,196 +1,208 @@
-"""The tuner benchmark: best latency against measured trials for each search strategy on fixed TopHub tasks.
+"""The tuner benchmark: trials to a fixed target and best re-timed latency, per search arm, on fixed tasks.
 
-For every (task, strategy, seed) one `tune_tir` run with its own database; the curve (best-so-far latency after
-each measured trial) is read back from the database, which MetaSchedule appends in measurement order. All
-strategies get the same cost model (TVM's XGBModel, warm-up 0 so every one of them uses its predictions from
-the first measured batch), the same builder and runner, the same trial budget and batch size. At the end, the
-best schedule of every run is built and timed again in one pass (interleaved across strategies), so the table's
-"best latency" comes from one machine state rather than from tuning runs hours apart.
-
-Reported per strategy: (a) trials needed to reach the latency EvolutionarySearch reaches with the full budget,
-(b) best latency at equal trials (geomean ratio against EvolutionarySearch), (c) wall-clock time including the
-search's own overhead. Results are appended to the JSON as each run finishes; a rerun skips finished runs.
+Per (task, seed), a first batch of random schedules is measured once and copied into every arm's database, so
+every arm starts from the same measurements (and counts them in its trials). Each (task, arm, seed) is then one
+tuning run of N trials with the LLVM runner timing every candidate `repeat` times with the cache flushed (the
+curves take the median). At the end, every best-so-far improver of every run is built and timed again,
+round-robin over the runs in several passes (`bench_runs.retime_task`), and the curves are of those re-timed
+latencies. A task's target is the best re-timed latency over all arms and seeds x 1.05; trials-to-target is
+censored at N. Against evolutionary search (same task and seed) the table gives geomean ratios with
+task-clustered bootstrap CIs (`bench_stats`). Before each run the load is checked (and recorded); results are
+appended to the JSON after each run, and a rerun skips finished runs and reuses the shared batches.
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
-import tempfile
+import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from ..database import TuningDatabase
-from ..measure import device_for, host_cpu_target, parse_target, random_args
-from .agent import PPOConfig
-from .cost_model import create as create_cost_model
+from ..measure import host_cpu_target, parse_target
+from . import bench_runs
+from .bench_stats import BASELINE, TARGET_SLACK, reach_fractions, retimed_curve, summarise, task_targets, value_at
 from .intrin import preload_tensor_intrinsics
-from .measure_callback.progress import ProgressLine
-from .search_strategy.annealing import SimulatedAnnealing
-from .search_strategy.ppo import PPOSearch
-from .tasks import prepare_metaschedule_logging, shared_builder
 from .tophub import TophubTask, load_tasks, tophub_dir
 
-# Two of each kind, mid-sized so a small CPU tunes them in minutes: a 1x1 and a strided 3x3 convolution, two
-# depthwise layers, a tall-skinny and a small batch matmul (all from TVM's TopHub CUDA log).
+FORMAT, VERSION = "tvm-rl tuner benchmark", 2
+# Two conv2d, two depthwise and one tall-skinny batch_matmul from TVM's TopHub CUDA log (none is in the LLVM log
+# the corpus is built from), and three BERT-base kernels (`transformer_tasks`).
 TASKS = ["conv2d_n1_c256_h28_w28_o256_k1_s1_p0", "conv2d_n1_c256_h7_w7_o512_k3_s2_p1",
          "depthwise_conv2d_n1_c144_h56_w56_o144_k3_s1_p1", "depthwise_conv2d_n1_c24_h112_w112_o24_k3_s2_p1",
-         "batch_matmul_b1_m9216_n64_k64", "batch_matmul_b1_m128_n128_k20"]
-QUICK_TASKS = [TASKS[0], TASKS[2], TASKS[4]]
-BASELINE = "evolutionary"
+         "batch_matmul_b1_m9216_n64_k64", "batch_matmul_b12_m128_n128_k64", "batch_matmul_b12_m128_n64_k128",
+         "batch_matmul_b1_m128_n768_k768"]
+QUICK_TASKS = ["depthwise_conv2d_n1_c24_h112_w112_o24_k3_s2_p1", "batch_matmul_b12_m128_n128_k64",
+               "conv2d_n1_c256_h28_w28_o256_k1_s1_p0"]
+ARMS = ["evolutionary", "evolutionary-pretrained", "ppo", "ppo-pretrained", "random-walk", "ppo-topk", "random"]
+EXTRA_ARMS = ["annealing"]
 
 
-def strategies(walks: int, evaluations: int) -> dict[str, Callable[[int], ms.SearchStrategy]]:
-    """Strategy name -> factory(seed). PPO and annealing rate the same number of points per round."""
-    return {
-        "ppo": lambda seed: PPOSearch(config=PPOConfig(walks=walks, max_evaluations=evaluations, seed=seed),
-                                      seed=seed),
-        "ppo-topk": lambda seed: PPOSearch(config=PPOConfig(walks=walks, max_evaluations=evaluations, seed=seed),
-                                           adaptive=False, seed=seed),
-        "evolutionary": lambda seed: ms.search_strategy.EvolutionarySearch(),
-        "annealing": lambda seed: SimulatedAnnealing(max_evaluations=evaluations, seed=seed),
-        "random": lambda seed: ms.search_strategy.ReplayTrace(),
-    }
+def transformer_tasks() -> dict[str, TophubTask]:
+    """BERT-base kernels at sequence length 128 (12 heads of 64), as batch_matmul tasks (B x M x K by B x N x K):
+    the attention scores Q.K^T, the attention-weighted values, and the 768 x 768 projection (a dense layer)."""
+    def bmm(b: int, m: int, n: int, k: int, what: str) -> TophubTask:
+        return TophubTask("batch_matmul", (("TENSOR", (b, m, k), "float32"), ("TENSOR", (b, n, k), "float32")),
+                          origin=f"BERT-base, sequence 128: {what}")
+
+    tasks = [bmm(12, 128, 128, 64, "attention scores Q.K^T"), bmm(12, 128, 64, 128, "attention x V"),
+             bmm(1, 128, 768, 768, "768 x 768 projection")]
+    return {t.name: t for t in tasks}
 
 
-def read_curve(work_dir: Path) -> list[float]:
-    """Best-so-far latency (seconds) after each measured trial, from a run's database (inf until one works)."""
-    best, out = math.inf, []
-    for secs in TuningDatabase(work_dir).run_seconds():
-        if secs:
-            value = float(np.mean(secs))
-            if value < 1e9:  # MetaSchedule records failed candidates with 1e10 s
-                best = min(best, value)
-        out.append(best)
-    return out
+@dataclass(frozen=True)
+class Arm:
+    """A benchmark arm: its strategy for a seed, its cost model, and whether the strategy reads the shared batch
+    from the database itself (the knob-space strategies; MetaSchedule's get it via `bench_runs.run_arm`)."""
+
+    name: str
+    strategy: Callable[[int], ms.SearchStrategy]
+    cost_model: Callable[[], ms.CostModel]
+    resumes: bool
 
 
-def trials_to_reach(curve: list[float], latency: float) -> int | None:
-    """First trial count at which the curve is at or below `latency` (None if never)."""
-    for i, value in enumerate(curve):
-        if value <= latency * (1 + 1e-9):
-            return i + 1
-    return None
+def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]:
+    """The arms these options allow, and for each one left out, why."""
+    from .agent import PPOAgent, PPOConfig
+    from .cost_model import create as create_cost_model
+    from .search_strategy import evolutionary
+    from .search_strategy.ppo import PPOSearch
+
+    effort = {k: v for k, v in (("walks", args.walks), ("max_evaluations", args.evaluations)) if v is not None}
+
+    def config(seed: int) -> PPOConfig:
+        return PPOConfig(seed=seed, **effort)
+
+    def xgb() -> ms.CostModel:
+        return create_cost_model("xgb")
+
+    def pretrained() -> ms.CostModel:
+        return create_cost_model("xgb-pretrained", path=args.cost_model_file) if args.cost_model_file else xgb()
+
+    def annealing(seed: int) -> ms.SearchStrategy:
+        from .search_strategy.annealing import SimulatedAnnealing
+
+        return SimulatedAnnealing(seed=seed, **({"max_evaluations": args.evaluations} if args.evaluations else {}))
+
+    arms = [Arm("evolutionary", evolutionary, xgb, False),
+            Arm("ppo", lambda seed: PPOSearch(config=config(seed), seed=seed), xgb, True),
+            Arm("ppo-topk", lambda seed: PPOSearch(config=config(seed), adaptive=False, seed=seed), xgb, True),
+            Arm("random", lambda seed: ms.search_strategy.ReplayTrace(), xgb, False),
+            Arm("annealing", annealing, xgb, True)]
+    skipped = {}
+    if args.cost_model_file:
+        arms.append(Arm("evolutionary-pretrained", evolutionary, pretrained, False))
+    else:
+        skipped["evolutionary-pretrained"] = "no --cost-model-file (a model from `tvm-rl corpus train`)"
+    if args.policy:
+        arms.append(Arm("ppo-pretrained", lambda seed: PPOSearch(agent=PPOAgent.load(args.policy), seed=seed),
+                        pretrained, True))
+    else:
+        skipped["ppo-pretrained"] = "no --policy (a tuner agent saved with PPOAgent.save)"
+    if "learn" in inspect.signature(PPOSearch.__init__).parameters:
+        arms.append(Arm("random-walk", lambda seed: PPOSearch(config=config(seed), seed=seed, learn=False), xgb,
+                        True))
+    else:
+        skipped["random-walk"] = "this PPOSearch has no `learn` argument (walks without PPO updates) yet"
+    return {a.name: a for a in arms}, skipped
 
 
-def run_one(task: TophubTask, name: str, factory: Callable[[int], ms.SearchStrategy], seed: int, trials: int,
-            per_iter: int, target, work_dir: Path) -> dict:
-    """One tuning run; returns its curve, wall time and the strategy's own search time when it reports it."""
-    strategy = factory(seed)
-    prepare_metaschedule_logging()
-    progress = ProgressLine(f"  [{name} seed {seed}] ", [task.name])
-    start = time.perf_counter()
-    ms.tune_tir(task.mod(), target, str(work_dir), max_trials_global=trials, num_trials_per_iter=per_iter,
-                strategy=strategy, cost_model=create_cost_model("xgb"), seed=seed,
-                builder=shared_builder(), runner="local",
-                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), progress])
-    wall = time.perf_counter() - start
-    log = getattr(getattr(strategy, "_inst", strategy), "log", None) or []
-    return {"task": task.name, "strategy": name, "seed": seed, "curve": read_curve(work_dir), "wall_seconds": wall,
-            "search_seconds": sum(r["search_seconds"] for r in log) if log else None,
-            "rounds": len(log) if log else None, "work_dir": str(work_dir)}
+def resolve_tasks(names: list[str], tophub: str | None) -> dict[str, TophubTask]:
+    """Task name -> task: the built-in transformer kernels, then TopHub's (read only when a name needs them)."""
+    known = transformer_tasks()
+    rest = [n for n in names if n not in known]
+    if rest:
+        known.update({t.name: t for t in load_tasks(tophub_dir(tophub or project_tophub()))})
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise SystemExit(f"unknown task(s) {missing}: give TopHub task names (like {TASKS[0]}) or one of the "
+                         f"transformer kernels {', '.join(transformer_tasks())}")
+    return {n: known[n] for n in names}
 
 
-def remeasure(task: TophubTask, work_dir: Path, target, repeat: int = 7) -> float | None:
-    """Build the run's best schedule and time it again (median seconds), or None if it has none."""
-    sch = ms.tir_integration.compile_tir(TuningDatabase(work_dir).open(), task.mod(), target)
-    if sch is None:
-        return None
-    device = device_for(target)
-    lib = tvm.compile(sch.mod, target=target).jit()
-    args = random_args(sch.mod["main"], device, np.random.default_rng(0))
-    evaluator = lib.time_evaluator("main", device, number=5, repeat=repeat, min_repeat_ms=20)
-    return float(np.median(evaluator(*args).results))
+def pretraining_overlap(path: str, tasks: dict[str, TophubTask]) -> list[str]:
+    """The tasks the pre-trained model file was trained on (by structural hash)."""
+    from .pretrained import load_model
+
+    _, meta = load_model(path)
+    seen = {str(w.get("structural_hash")) for w in meta.get("workloads", [])}
+    return [name for name, task in tasks.items() if str(task.workload_hash()) in seen]
 
 
-def geomean(values: list[float]) -> float:
-    return float(np.exp(np.mean(np.log(values)))) if values else math.nan
+def _fmt(value: Any, spec: str, none: str = "-") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return none
+    return format(value, spec)
 
 
-def summarise(runs: list[dict], trials: int) -> list[dict]:
-    """One row per strategy: (a) trials to reach evolutionary's best at N, (b) best-latency ratio, (c) wall."""
-    by = {(r["task"], r["strategy"], r["seed"]): r for r in runs}
-    names = sorted({r["strategy"] for r in runs}, key=lambda n: (n != "ppo", n))
-    tasks = sorted({r["task"] for r in runs})
-    seeds = sorted({r["seed"] for r in runs})
-    rows = []
-    for name in names:
-        reach, ratios, walls, search, rates, hits, total = [], [], [], [], [], 0, 0
-        for task in tasks:
-            for seed in seeds:
-                mine, base = by.get((task, name, seed)), by.get((task, BASELINE, seed))
-                if mine is None or base is None or not base["curve"] or not mine["curve"]:
-                    continue
-                total += 1
-                target = base["curve"][min(trials, len(base["curve"])) - 1]
-                hit = trials_to_reach(mine["curve"], target)
-                if hit is not None:
-                    hits += 1
-                    reach.append(hit)
-                a, b = mine.get("remeasured"), base.get("remeasured")
-                if a and b:
-                    ratios.append(b / a)
-                walls.append(mine["wall_seconds"])
-                rates.append(60 * len(mine["curve"]) / mine["wall_seconds"])
-                if mine.get("search_seconds") is not None:
-                    search.append(mine["search_seconds"])
-        rows.append({"strategy": name, "runs": total, "reached": hits,
-                     "median_trials_to_reach": float(np.median(reach)) if reach else None,
-                     "speedup_vs_evolutionary": geomean(ratios),
-                     "median_wall_seconds": float(np.median(walls)) if walls else None,
-                     "trials_per_minute": float(np.median(rates)) if rates else None,
-                     "median_search_seconds": float(np.median(search)) if search else None})
-    return rows
+def _ci(entry: dict[str, float] | None) -> str:
+    if not entry or math.isnan(entry["ratio"]):
+        return "-"
+    return f"{entry['ratio']:.2f}x [{entry['ci_low']:.2f}, {entry['ci_high']:.2f}] ({entry['pairs']})"
 
 
-def format_table(rows: list[dict], trials: int) -> str:
-    lines = [f"| strategy | runs | reached evolutionary's best at {trials} | median trials to reach | "
-             "best-latency speedup vs evolutionary (geomean) | median wall s | median search s | trials/min |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        def fmt(v, spec):
-            return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
-        lines.append(f"| {r['strategy']} | {r['runs']} | {r['reached']}/{r['runs']} | "
-                     f"{fmt(r['median_trials_to_reach'], '.0f')} | {fmt(r['speedup_vs_evolutionary'], '.3f')}x | "
-                     f"{fmt(r['median_wall_seconds'], '.0f')} | {fmt(r['median_search_seconds'], '.0f')} | "
-                     f"{fmt(r.get('trials_per_minute'), '.1f')} |")
+def format_table(rows: list[dict], trials: int | list[int] | None = None) -> str:
+    """The summary rows (`bench_stats.summarise`) as one markdown table per budget N."""
+    if not rows:
+        return "(no re-timed runs of this benchmark version in this file)"
+    out = []
+    for n in dict.fromkeys(r["trials"] for r in rows):
+        out += [f"N = {n}: target = best re-timed latency over all arms x {TARGET_SLACK}; ratios against "
+                f"{BASELINE} on the same task and seed, geomean [95% CI, task-clustered bootstrap] (pairs)", "",
+                f"| arm | runs | at target within {n} | median trials to target | trials to target, saving vs "
+                f"{BASELINE} | best latency at {n}, speedup vs {BASELINE} | best / target | median wall s per run "
+                "| arm wall h |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in (r for r in rows if r["trials"] == n):
+            median = r["median_trials_to_target"]
+            median_text = f"> {n}" if median is None else _fmt(median, ".0f")
+            out.append(f"| {r['arm']} | {r['runs']} | {r['reached']}/{r['runs']} ({_fmt(r['reach_share'], '.0%')}) | "
+                       f"{median_text} | {_ci(r.get('trials_saving_vs_baseline'))} | "
+                       f"{_ci(r.get('speedup_vs_baseline'))} | {_fmt(r['best_over_target'], '.3f')} | "
+                       f"{_fmt(r['median_wall_seconds'], '.0f')} | {r['wall_seconds'] / 3600:.2f} |")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def format_tasks(runs: list[dict], trials: int) -> str:
+    """Per task: its target and each arm's median (over seeds) re-timed best latency at `trials`, in us."""
+    targets = task_targets(runs)
+    arms = list(dict.fromkeys(r["arm"] for r in runs if r.get("retimed") is not None))
+    lines = [f"| task | target us | {' | '.join(arms)} |", "|---|---|" + "---|" * len(arms)]
+    for task, target in targets.items():
+        cells = []
+        for arm in arms:
+            best = [value_at(retimed_curve(r), trials) for r in runs
+                    if r["task"] == task and r["arm"] == arm and r.get("retimed") is not None]
+            cells.append(_fmt(float(np.median(best)) * 1e6, ".1f") if best else "-")
+        lines.append(f"| {task} | {target * 1e6:.1f} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
-def reach_fractions(runs: list[dict], trials: int) -> dict[str, list[float]]:
-    """Measurements-to-target curves: per strategy, after each trial count t = 1..`trials`, the fraction of its
-    (task, seed) runs whose best so far is already at or below evolutionary search's best after all `trials`."""
-    by = {(r["task"], r["strategy"], r["seed"]): r for r in runs}
-    out = {}
-    for name in sorted({r["strategy"] for r in runs}):
-        pairs = []
-        for (task, strategy, seed), mine in by.items():
-            base = by.get((task, BASELINE, seed))
-            if strategy == name and base and base["curve"] and mine["curve"]:
-                pairs.append((mine["curve"], base["curve"][min(trials, len(base["curve"])) - 1]))
-        if pairs:
-            out[name] = [sum(c[min(t, len(c)) - 1] <= goal * (1 + 1e-9) for c, goal in pairs) / len(pairs)
-                         for t in range(1, trials + 1)]
-    return out
-
-
-def plot_reach(runs: list[dict], trials: int, path: Path) -> None:
-    """The measurements-to-target curves of `reach_fractions`, one line per strategy."""
+def plot_reach(runs: list[dict], trials: int, path: Path, marks: list[int] | None = None,
+               shared: int | None = None) -> None:
+    """Trials-to-target curves: per arm, the share of runs at their task's target after each trial count
+    (dotted lines at `marks`, the first `shared` trials, the shared first batch, shaded)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
-    for name, frac in reach_fractions(runs, trials).items():
-        ax.step(np.arange(1, trials + 1), frac, where="post", label=name, lw=2 if name.startswith("ppo") else 1)
-    ax.set_xlabel("measured trials")
-    ax.set_ylabel(f"runs at evolutionary's best@{trials}")
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name, share in reach_fractions(runs, trials).items():
+        ax.step(np.arange(1, trials + 1), share, where="post", label=name, lw=2 if name.startswith("ppo") else 1)
+    if shared:
+        ax.axvspan(0.5, shared + 0.5, color="grey", alpha=0.15, lw=0, label="shared first batch")
+    for n in marks or []:
+        ax.axvline(n, color="grey", lw=0.6, ls=":")
+    ax.set_xlabel("measured trials (shared first batch included)")
+    ax.set_ylabel(f"runs at target (best x {TARGET_SLACK})")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -198,112 +210,165 @@ def plot_reach(runs: list[dict], trials: int, path: Path) -> None:
     plt.close(fig)
 
 
-def plot(runs: list[dict], path: Path) -> None:
-    """Best latency vs trials, median over seeds, one panel per task."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tasks = sorted({r["task"] for r in runs})
-    names = sorted({r["strategy"] for r in runs})
-    cols = min(3, len(tasks))
-    rows_n = math.ceil(len(tasks) / cols)
-    fig, axes = plt.subplots(rows_n, cols, figsize=(5 * cols, 3.6 * rows_n), squeeze=False)
-    for ax, task in zip(axes.flat, tasks):
-        for name in names:
-            curves = [r["curve"] for r in runs if r["task"] == task and r["strategy"] == name and r["curve"]]
-            if not curves:
-                continue
-            n = min(len(c) for c in curves)
-            med = np.median(np.array([c[:n] for c in curves]), axis=0) * 1e6
-            ax.plot(np.arange(1, n + 1), np.where(np.isfinite(med), med, np.nan), label=name)
-        ax.set_title(task, fontsize=8)
-        ax.set_xlabel("measured trials")
-        ax.set_ylabel("best latency (us)")
-        ax.set_yscale("log")
-    for ax in axes.flat[len(tasks):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def project_tophub() -> str | None:
     """The project's shared TopHub logs (../shared/tophub beside the checkout), when the environment names none."""
-    import os
-
     shared = Path(__file__).resolve().parents[3] / "shared" / "tophub"
     return str(shared) if shared.is_dir() and not os.environ.get("TVM_RL_TOPHUB_DIR") else None
 
 
-def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    parser.add_argument("--target", default=None, help="llvm (this CPU, the default), cuda, or a target JSON")
-    parser.add_argument("--trials", type=int, default=48, help="measured trials per run (N)")
-    parser.add_argument("--per-iter", type=int, default=8, help="candidates measured per round")
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--walks", type=int, default=64, help="PPO walks per round")
-    parser.add_argument("--evaluations", type=int, default=256,
-                        help="points the cost model rates per round, for PPO and annealing alike")
-    parser.add_argument("--strategies", nargs="*", default=None)
-    parser.add_argument("--tasks", nargs="*", default=None, help="TopHub task names (default: the fixed six)")
-    parser.add_argument("--report", action="store_true",
-                        help="only summarise the JSON written so far (re-timing runs not yet re-timed)")
-    parser.add_argument("--quick", action="store_true", help="3 tasks, 1 seed, 16 trials: a check, not a result")
-    parser.add_argument("--tophub-dir", default=None)
-    parser.add_argument("--out", default=None, help="JSON path (default logs/tuner_<target>[_quick].json)")
-    parser.add_argument("--work-dir", default=None, help="where the runs' databases go (default: a temp dir)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.trials, args.seeds = min(args.trials, 16), 1
-        args.tasks = args.tasks or QUICK_TASKS
-    target = host_cpu_target() if args.target in (None, "llvm") else parse_target(args.target)
-    kind = target.kind.name
-    out = Path(args.out or f"logs/tuner_{kind}{'_quick' if args.quick else ''}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work_root = Path(args.work_dir or tempfile.mkdtemp(prefix="tvm_rl_tuner_"))
-    preload_tensor_intrinsics()
+def _parser(prog: str | None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    p.add_argument("--target", default=None, help="llvm (this CPU, the default), or a target JSON")
+    p.add_argument("--trials", type=int, nargs="+", default=None,
+                   help="budgets N (default 64 128; each run measures the largest, the shared first batch counts)")
+    p.add_argument("--per-iter", type=int, default=8, help="candidates measured per round, and the shared batch")
+    p.add_argument("--seeds", type=int, default=9)
+    p.add_argument("--arms", "--strategies", dest="arms", nargs="*", default=None,
+                   help=f"arms to run (default: {' '.join(ARMS)}; also {' '.join(EXTRA_ARMS)})")
+    p.add_argument("--tasks", nargs="*", default=None, help="task names (default: the eight of TASKS)")
+    p.add_argument("--cost-model-file", default=None, help="pre-trained cost model for the *-pretrained arms")
+    p.add_argument("--policy", default=None, help="saved PPOAgent for the ppo-pretrained arm")
+    p.add_argument("--walks", type=int, default=None, help="PPO walks per round (default: PPOConfig's)")
+    p.add_argument("--evaluations", type=int, default=None, help="points PPO / annealing rate per round")
+    p.add_argument("--repeat", type=int, default=7, help="timings per candidate (the median is used)")
+    p.add_argument("--number", type=int, default=1, help="calls per timing")
+    p.add_argument("--no-cache-flush", action="store_true", help="time with warm caches")
+    p.add_argument("--retime-passes", type=int, default=5, help="re-timing passes over every improver")
+    p.add_argument("--max-load", type=float, default=None, help="1-min load to wait for (default cores - 0.5)")
+    p.add_argument("--load-wait", type=float, default=600.0, help="seconds to wait for it at most, per run")
+    p.add_argument("--report", action="store_true", help="no new runs: re-time what needs it, print the tables")
+    p.add_argument("--quick", action="store_true", help="3 small tasks, 2 seeds, N = 16: a check, not a result")
+    p.add_argument("--tophub-dir", default=None)
+    p.add_argument("--out", default=None, help="JSON path (default logs/tuner_<target>[_quick].json)")
+    p.add_argument("--work-dir", default=None, help="runs' databases (default <out dir>/scratch/<out name>_runs)")
+    return p
 
-    wanted = args.tasks or TASKS
-    all_tasks = {t.name: t for t in load_tasks(tophub_dir(args.tophub_dir or project_tophub()))}
-    missing = [n for n in wanted if n not in all_tasks]
-    if missing:
-        raise SystemExit(f"unknown TopHub task(s) {missing}; names look like {next(iter(all_tasks))}")
-    factories = strategies(args.walks, args.evaluations)
-    names = args.strategies or list(factories)
-    settings = {"target": str(target), "trials": args.trials, "per_iter": args.per_iter, "seeds": args.seeds,
-                "walks": args.walks, "evaluations": args.evaluations, "tasks": wanted, "strategies": names,
-                "cost_model": "XGBModel(num_warmup_samples=0) for every strategy", "runner": "LocalRunner defaults"}
-    state = json.loads(out.read_text()) if out.exists() else {}
-    runs = [r for r in state.get("runs", []) if state.get("settings", {}).get("trials") == args.trials]
-    done = {(r["task"], r["strategy"], r["seed"]) for r in runs}
+
+def _load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """The JSON so far (a fresh state when there is none); SystemExit when it holds another format or runs made
+    with other measuring settings, which must not be mixed."""
+    if not out.exists():
+        return {"format": FORMAT, "version": VERSION, "settings": settings, "shared": {}, "runs": [],
+                "retime": {}, "cost": {}}
+    state = json.loads(out.read_text())
+    if state.get("format") != FORMAT:
+        raise SystemExit(f"{out} holds results of the old tuner benchmark (or another file); move it aside (e.g. "
+                         f"to {out.with_name(out.stem + '_v1.json')}) or give another --out")
+    fixed = ("target", "run_trials", "per_iter", "measuring")
+    differ = [k for k in fixed if state["settings"].get(k) != settings[k]]
+    if differ:
+        raise SystemExit(f"{out} holds runs made with other settings ({', '.join(differ)}: "
+                         f"{[state['settings'].get(k) for k in differ]}, now {[settings[k] for k in differ]}); "
+                         "rerun with the same ones or give another --out")
+    state["settings"].update({k: v for k, v in settings.items() if k not in fixed})
+    return state
+
+
+def _save(out: Path, state: dict[str, Any]) -> None:
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(state, indent=1))
+    tmp.replace(out)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Run (or resume) the benchmark, re-time, print the tables, write the JSON and the PNG."""
+    args = _parser(prog).parse_args(argv)
+    if args.quick:
+        args.trials = args.trials or [16]
+        args.seeds = min(args.seeds, 2)
+        args.tasks = args.tasks or QUICK_TASKS
+    budgets = sorted(set(args.trials or [64, 128]))
+    if args.per_iter > budgets[0] or args.per_iter < 1:
+        raise SystemExit(f"--per-iter {args.per_iter} (also the shared first batch) must be between 1 and the "
+                         f"smallest budget, {budgets[0]}")
+    target = host_cpu_target() if args.target in (None, "llvm") else parse_target(args.target)
+    out = Path(args.out or f"logs/tuner_{target.kind.name}{'_quick' if args.quick else ''}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work_root = Path(args.work_dir or out.parent / "scratch" / f"{out.stem}_runs")
+    measuring = bench_runs.Measuring(repeat=args.repeat, number=args.number, cache_flush=not args.no_cache_flush)
+    tasks = resolve_tasks(args.tasks or TASKS, args.tophub_dir)
+    available, skipped = make_arms(args)
+    wanted = args.arms or ARMS
+    unknown = [a for a in wanted if a not in available and a not in skipped]
+    if unknown:
+        raise SystemExit(f"unknown arm(s) {unknown}; choose from {', '.join(ARMS + EXTRA_ARMS)}")
+    for name in wanted:
+        if name in skipped:
+            print(f"arm {name} skipped: {skipped[name]}")
+    arms = [available[a] for a in wanted if a in available]
+    seen = pretraining_overlap(args.cost_model_file, tasks) if args.cost_model_file else []
+    if seen:
+        print(f"note: the pre-trained model was trained on {', '.join(seen)}: those tasks are not unseen")
+    settings = {"target": str(target), "run_trials": budgets[-1], "trials": budgets, "per_iter": args.per_iter,
+                "measuring": measuring.as_dict(), "seeds": args.seeds, "tasks": list(tasks),
+                "arms": [a.name for a in arms], "skipped_arms": {a: skipped[a] for a in wanted if a in skipped},
+                "cost_model_file": args.cost_model_file, "policy": args.policy, "walks": args.walks,
+                "evaluations": args.evaluations, "seen_in_pretraining": seen, "retime_passes": args.retime_passes,
+                "target_slack": TARGET_SLACK, "cost_model": "XGBModel(num_warmup_samples=0), or the pre-trained "
+                "model for *-pretrained arms; MetaSchedule strategies' model is first trained on the shared batch"}
+    state = _load_state(out, settings)
+    cost = state.setdefault("cost", {})
     started = time.perf_counter()
-    for seed in range(0 if args.report else args.seeds):
-        for task_name in wanted:
-            for name in names:
-                if (task_name, name, seed) in done:
-                    continue
-                work_dir = work_root / f"{task_name}_{name}_{seed}"
-                print(f"[{task_name}] {name} seed {seed} ...", flush=True)
-                runs.append(run_one(all_tasks[task_name], name, factories[name], seed, args.trials, args.per_iter,
-                                    target, work_dir))
-                out.write_text(json.dumps({"settings": settings, "runs": runs}, indent=1))
-    # Re-time each run's best schedule in one pass, strategies interleaved.
-    for r in runs:
-        if "remeasured" not in r and Path(r["work_dir"]).exists():
-            r["remeasured"] = remeasure(all_tasks[r["task"]], Path(r["work_dir"]), target)
-    rows = summarise(runs, args.trials)
-    table = format_table(rows, args.trials)
-    print(table)
-    state = {"settings": settings, "runs": runs, "summary": rows,
-             "benchmark_seconds": time.perf_counter() - started + state.get("benchmark_seconds", 0.0)}
-    out.write_text(json.dumps(state, indent=1))
-    plot(runs, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+    preload_tensor_intrinsics()
+    runner = builder = None
+    done = {(r["task"], r["arm"], r["seed"]) for r in state["runs"]}
+    todo = [(seed, task, arm) for seed in range(args.seeds) for task in tasks for arm in arms
+            if (task, arm.name, seed) not in done] if not args.report else []
+    for i, (seed, task, arm) in enumerate(todo):
+        if runner is None:
+            from .tasks import shared_builder
+
+            runner, builder = measuring.runner(target), shared_builder()
+        key = f"{task}|{seed}"
+        shared_dir = work_root / "shared" / f"{task}_s{seed}"
+        if key in state["shared"] and not (shared_dir / bench_runs.SHARED_MARK).is_file():
+            raise SystemExit(f"the shared first batch of {task} seed {seed} is gone from {shared_dir}, and finished "
+                             "runs started from it: restore the work dir (--work-dir) or start a new --out")
+        if key not in state["shared"]:
+            bench_runs.wait_for_cores(args.load_wait, args.max_load)
+            state["shared"][key] = bench_runs.shared_first_batch(tasks[task].mod(), task, seed, args.per_iter,
+                                                                 target, shared_dir, runner, builder)
+            cost["shared_seconds"] = cost.get("shared_seconds", 0.0) + state["shared"][key]["seconds"]
+        load = bench_runs.wait_for_cores(args.load_wait, args.max_load)
+        run = bench_runs.run_arm(tasks[task].mod(), task, arm.name, arm.strategy(seed), arm.cost_model(),
+                                 arm.resumes, seed, budgets[-1], args.per_iter, target,
+                                 work_root / "runs" / task / f"{arm.name}_s{seed}", shared_dir, runner, builder)
+        run["load"] = {**load, "end": [round(x, 2) for x in os.getloadavg()]}
+        state["runs"].append(run)
+        cost["load_wait_seconds"] = cost.get("load_wait_seconds", 0.0) + load["waited_seconds"]
+        _save(out, state)
+        print(f"[{i + 1}/{len(todo)}] {task} {arm.name} seed {seed}: {run['trials']} trials ({run['shared']} shared), "
+              f"best {bench_runs.best_tuning_us(run):.1f} us at tuning time, {run['wall_seconds']:.0f} s, load "
+              f"{load['start'][0]:.1f}{' (busy)' if load['busy'] else ''}", flush=True)
+    for task in tasks:
+        mine = [r for r in state["runs"] if r["task"] == task]
+        if mine and any(r.get("retimed") is None for r in mine):
+            bench_runs.wait_for_cores(args.load_wait, args.max_load)
+            print(f"re-timing {task}: every improver of {len(mine)} runs, {args.retime_passes} passes", flush=True)
+            info = bench_runs.retime_task(tasks[task].mod(), mine, target, measuring, args.retime_passes)
+            state["retime"][task] = info
+            cost["retime_seconds"] = cost.get("retime_seconds", 0.0) + info["seconds"]
+            _save(out, state)
+    runs = [r for r in state["runs"] if r["task"] in tasks]
+    rows = summarise(runs, budgets)
+    by_arm: dict[str, float] = {}
+    for r in state["runs"]:
+        by_arm[r["arm"]] = by_arm.get(r["arm"], 0.0) + r["wall_seconds"]
+    cost["run_seconds_by_arm"] = {a: round(s, 1) for a, s in by_arm.items()}
+    cost["total_seconds"] = round(cost.get("total_seconds", 0.0) + time.perf_counter() - started, 1)
+    state.update(summary=rows, targets=task_targets(runs))
+    _save(out, state)
+    print(format_table(rows, budgets))
+    print(f"\nmedian re-timed best latency at N = {budgets[-1]} (us):\n" + format_tasks(runs, budgets[-1]))
+    print("\ncost: " + ", ".join(f"{a} {s / 3600:.2f} h" for a, s in by_arm.items())
+          + f"; shared batches {cost.get('shared_seconds', 0) / 3600:.2f} h, re-timing "
+          f"{cost.get('retime_seconds', 0) / 3600:.2f} h, waiting for the cores "
+          f"{cost.get('load_wait_seconds', 0) / 3600:.2f} h; total {cost['total_seconds'] / 3600:.2f} h")
+    png = out.with_suffix(".png")
+    plot_reach(runs, budgets[-1], png, marks=budgets + [max(1, b // 5) for b in budgets], shared=args.per_iter)
+    print(f"wrote {out} and {png}")
     return 0
 
 
-__all__ = ["TASKS", "main", "plot_reach", "project_tophub", "reach_fractions", "read_curve", "summarise",
-           "trials_to_reach"]
+__all__ = ["ARMS", "QUICK_TASKS", "TASKS", "format_table", "format_tasks", "main", "make_arms", "plot_reach",
+           "project_tophub", "reach_fractions", "resolve_tasks", "summarise", "transformer_tasks"]

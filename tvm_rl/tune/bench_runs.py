@@ -1,0 +1,325 @@
+"""The tuner benchmark's measuring: the runner, the load check, the shared first batch, one run, re-timing.
+
+- `Measuring`: how every candidate is timed (MetaSchedule's LocalRunner with `repeat` timings per candidate,
+  each of `number` calls, the cache flushed before each on a CPU), and the same settings for re-timing.
+- `wait_for_cores`: before a run, wait (up to a limit) until the 1-minute load leaves a core free, and say what
+  the load was, so a reader can tell runs that shared the cores.
+- `shared_first_batch`: per (task, seed), `size` random schedules (ReplayTrace) measured once into a folder;
+  every arm's run starts from a copy of it and counts it in its trials.
+- `run_arm`: one tuning run from that copy; returns the run record (see `bench_stats`).
+- `retime_task`: every best-so-far improver of every run of a task built and timed again, round-robin over the
+  runs (so arms interleave), in several passes; each improver's value is the median over the passes.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+import tvm_ffi
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+
+from ..database import RECORDS, WORKLOADS, TuningDatabase
+from ..measure import device_for, random_args
+from .bench_stats import improvers, median_seconds
+from .measure_callback.progress import ProgressLine
+from .search_strategy.exhaustion import StopWhenExhausted
+from .tasks import prepare_metaschedule_logging
+
+Write = Callable[[str], None]
+SHARED_MARK = "shared.json"  # written once a shared batch is measured whole
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """How candidates are timed during tuning and again at the end: `repeat` timings (the curves take their
+    median), each the mean of `number` calls, the cache flushed before each timing on a CPU (with number 1, every
+    call is a cold one), `min_repeat_ms` 0 so that `number` stays as given."""
+
+    repeat: int = 7
+    number: int = 1
+    min_repeat_ms: int = 0
+    cache_flush: bool = True
+    timeout_sec: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.repeat < 1 or self.number < 1 or self.min_repeat_ms < 0:
+            raise ValueError(f"repeat and number must be at least 1 and min_repeat_ms at least 0, got {self}")
+
+    def evaluator(self, target: tvm.target.Target) -> ms.runner.EvaluatorConfig:
+        return ms.runner.EvaluatorConfig(number=self.number, repeat=self.repeat, min_repeat_ms=self.min_repeat_ms,
+                                         enable_cpu_cache_flush=self.flushes(target))
+
+    def flushes(self, target: tvm.target.Target) -> bool:
+        return self.cache_flush and target.kind.name == "llvm"
+
+    def runner(self, target: tvm.target.Target) -> ms.runner.LocalRunner:
+        """MetaSchedule's LocalRunner with these settings."""
+        return ms.runner.LocalRunner(timeout_sec=self.timeout_sec, evaluator_config=self.evaluator(target))
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def wait_for_cores(max_wait: float, threshold: float | None = None, poll: float = 15.0, write: Write = print,
+                   loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
+                   sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """Wait until the 1-minute load average is at most `threshold` (default: cores - 0.5), polling every `poll`
+    seconds for at most `max_wait` seconds; returns the loads seen, the seconds waited and whether the run starts
+    on busy cores (`busy`: the load was still above the threshold when the wait ended)."""
+    threshold = cores() - 0.5 if threshold is None else threshold
+    before = loadavg()
+    waited, load = 0.0, before
+    while load[0] > threshold and waited < max_wait:
+        if waited == 0:
+            write(f"  load {load[0]:.2f} > {threshold:.1f} ({cores()} cores): waiting up to {max_wait:.0f} s for "
+                  "the cores to free up")
+        step = min(poll, max_wait - waited)
+        sleep(step)
+        waited += step
+        load = loadavg()
+    if load[0] > threshold and max_wait > 0:
+        write(f"  load still {load[0]:.2f} after {waited:.0f} s: running anyway (recorded as busy)")
+    return {"threshold": threshold, "before": [round(x, 2) for x in before], "start": [round(x, 2) for x in load],
+            "waited_seconds": round(waited, 1), "busy": load[0] > threshold}
+
+
+def task_seed(seed: int, task: str, phase: str) -> int:
+    """A TuneContext seed per (seed, task, phase), so tasks and phases draw different random streams."""
+    return (seed * 1_000_003 + zlib.crc32(f"{task}/{phase}".encode())) % (2**31 - 1)
+
+
+def record_seconds(folder: Path) -> list[float | None]:
+    """Each record's median run time in measurement order (None: failed)."""
+    return [median_seconds(secs) for secs in TuningDatabase(folder).run_seconds()]
+
+
+def _tune(mod: tvm.IRModule, name: str, target: tvm.target.Target, folder: Path, strategy: ms.SearchStrategy,
+          cost_model: ms.CostModel, rand_state: int, trials: int, per_iter: int, runner: ms.Runner,
+          builder: ms.Builder, prefix: str) -> None:
+    """`trials` more measurements of `mod` into `folder`'s database with `strategy`."""
+    prepare_metaschedule_logging()  # MetaSchedule's set-up of the previous call may have lowered the level
+    logger = ms.logging.get_loggers_from_work_dir(str(folder / "ms_logs"), [name])[0]
+    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
+                             task_name=name, logger=logger, rand_state=rand_state, num_threads="physical").clone()
+    ms.tune_tasks(tasks=[context], task_weights=[1.0], work_dir=str(folder / "ms_logs"), max_trials_global=trials,
+                  max_trials_per_task=trials, num_trials_per_iter=min(per_iter, trials),
+                  database=TuningDatabase(folder).open(), builder=builder, runner=runner, cost_model=cost_model,
+                  measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"),
+                                     ProgressLine(prefix, [name])])
+
+
+def shared_first_batch(mod: tvm.IRModule, name: str, seed: int, size: int, target: tvm.target.Target,
+                       folder: Path, runner: ms.Runner, builder: ms.Builder) -> dict[str, Any]:
+    """`size` random schedules (ReplayTrace) of `mod` measured into `folder`, once: a folder that holds a whole
+    batch is reused; one cut short by a kill is measured again from scratch. Returns {records, seconds, ...}."""
+    mark = folder / SHARED_MARK
+    if mark.is_file():
+        return json.loads(mark.read_text())
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    start = time.perf_counter()
+    _tune(mod, name, target, folder, ms.search_strategy.ReplayTrace(), ms.cost_model.RandomModel(seed=seed),
+          task_seed(seed, name, "shared"), size, size, runner, builder, f"  [{name} shared batch, seed {seed}] ")
+    seconds = record_seconds(folder)
+    valid = [s for s in seconds if s is not None]
+    info = {"records": len(seconds), "valid": len(valid), "best_us": min(valid) * 1e6 if valid else None,
+            "seconds": round(time.perf_counter() - start, 1)}
+    mark.write_text(json.dumps(info))
+    return info
+
+
+@derived_object
+class SkipMeasured(PySearchStrategy):
+    """Drops candidates whose schedule the database already holds, asking `inner` again (up to `tries` times)
+    to fill the batch. MetaSchedule's EvolutionarySearch seeds its population with the database's best records
+    but does not count them as measured (a TODO in TVM), and ReplayTrace draws with replacement, so either may
+    propose a schedule of the shared first batch again; such a trial would be spent for nothing. (In a check on
+    one task, three seeds' first evolutionary batches held none: the count is kept in `skipped`.)"""
+
+    def __init__(self, inner: ms.SearchStrategy, tries: int = 3, skipped: list[int] | None = None) -> None:
+        self.inner, self.tries = inner, tries
+        self.skipped = skipped if skipped is not None else [0]  # shared by clones: the run's count
+
+    def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
+        self.context = context
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
+        self.max_trials, self.per_iter, self.done = int(max_trials), int(num_trials_per_iter), 0
+        self.seen: set[int] = set()
+        if database is not None:
+            for record in database.get_all_tuning_records():
+                self.seen.add(_schedule_hash(record.workload.mod, record.trace))
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self):
+        want = min(self.per_iter, self.max_trials - self.done)
+        out: list = []
+        batch = None
+        for _ in range(self.tries):
+            batch = self.inner.generate_measure_candidates()
+            if batch is None:
+                break
+            dropped = 0
+            for candidate in batch:
+                key = int(tvm_ffi.structural_hash(candidate.sch.mod))
+                if key in self.seen:
+                    dropped += 1
+                    continue
+                self.seen.add(key)
+                out.append(candidate)
+            self.skipped[0] += dropped
+            if len(out) >= want or not dropped:
+                break
+        if not out and batch is None:
+            return None
+        return out[:want]
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        self.done += len(results)
+        self.inner.notify_runner_results(measure_candidates, results)
+
+    def clone(self) -> SkipMeasured:
+        return SkipMeasured(self.inner.clone(), self.tries, self.skipped)
+
+
+def _schedule_hash(mod: tvm.IRModule, trace) -> int:
+    sch = Schedule(mod)
+    trace.apply_to_schedule(sch, remove_postproc=False)
+    return int(tvm_ffi.structural_hash(sch.mod))
+
+
+def _warm(model: ms.CostModel, mod: tvm.IRModule, name: str, target: tvm.target.Target, folder: Path) -> None:
+    """Train `model` on the records in `folder`, as a knob-space strategy trains its model when it resumes."""
+    records = list(TuningDatabase(folder).records())
+    if not records:
+        return
+    context = ms.TuneContext(mod=mod, target=target, task_name=name)
+    results = []
+    for r in records:
+        ok = median_seconds(r.run_secs) is not None
+        results.append(ms.runner.RunnerResult(list(r.run_secs) if ok else None, None if ok else "failed"))
+    model.update(context, [r.as_measure_candidate() for r in records], results)
+
+
+def run_arm(mod: tvm.IRModule, task: str, arm: str, strategy: ms.SearchStrategy, cost_model: ms.CostModel,
+            resumes: bool, seed: int, trials: int, per_iter: int, target: tvm.target.Target, work_dir: Path,
+            shared_dir: Path, runner: ms.Runner, builder: ms.Builder) -> dict[str, Any]:
+    """One run: a fresh `work_dir` holding a copy of the shared first batch, then `trials` minus that batch
+    measured with `strategy`. A strategy that `resumes` (the knob-space ones) reads the batch from the database
+    and trains the model on it itself; any other is wrapped in `SkipMeasured` (and `StopWhenExhausted`) and its
+    model is trained on the batch first, so every arm starts from the same knowledge. Returns the run record."""
+    if work_dir.exists():  # a folder left by a killed run: its records must not count towards this one
+        shutil.rmtree(work_dir)
+    work_dir.mkdir(parents=True)
+    for name in (WORKLOADS, RECORDS):
+        shutil.copyfile(shared_dir / name, work_dir / name)
+    shared = TuningDatabase(work_dir).record_count()
+    skipped = [0]
+    if not resumes:
+        _warm(cost_model, mod, task, target, work_dir)
+        strategy = StopWhenExhausted(SkipMeasured(strategy, skipped=skipped))
+    start = time.perf_counter()
+    if trials > shared:
+        _tune(mod, task, target, work_dir, strategy, cost_model, task_seed(seed, task, "run"), trials - shared,
+              per_iter, runner, builder, f"  [{task} {arm} seed {seed}] ")
+    wall = time.perf_counter() - start
+    seconds = record_seconds(work_dir)
+    log = getattr(strategy, "log", None) or []
+    return {"task": task, "arm": arm, "seed": seed, "budget": trials, "trials": len(seconds), "shared": shared,
+            "tuning_seconds": seconds, "improvers": improvers(seconds), "wall_seconds": round(wall, 2),
+            "search_seconds": round(sum(r["search_seconds"] for r in log), 2) if log else None,
+            "rounds": len(log) if log else None, "duplicates_skipped": skipped[0],
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "work_dir": str(work_dir)}
+
+
+def _record_module(mod: tvm.IRModule, folder: Path, index: int) -> tvm.IRModule:
+    """The scheduled module of record `index` (measurement order) in `folder`'s database."""
+    path = TuningDatabase(folder).records_path
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is gone: re-timing rebuilds each improver from its run's database, so "
+                                "restore the folder, or remove that run from the JSON to tune it again")
+    with open(path) as f:
+        for i, line in enumerate(f):
+            if i == index:
+                record = ms.database.TuningRecord.from_json(json.loads(line)[1], ms.database.Workload(mod))
+                sch = Schedule(mod)
+                record.trace.apply_to_schedule(sch, remove_postproc=False)
+                return sch.mod
+    raise IndexError(f"{path} has no record {index}; the run's folder does not match its JSON entry")
+
+
+def retime_task(mod: tvm.IRModule, runs: Sequence[dict[str, Any]], target: tvm.target.Target,
+                measuring: Measuring, passes: int = 5, write: Write = print) -> dict[str, Any]:
+    """Re-time every improver of `runs` (one task's), setting each run's `retimed` (aligned with `improvers`).
+
+    Each distinct schedule is built once (the shared batch's best is the same schedule in every arm). Each pass
+    times every schedule once with `measuring`'s settings, in round-robin order over the runs (first improvers
+    of every run, then second ones, ...), so arms and seeds interleave; a schedule's value is the median over the
+    passes of each pass's median. A schedule that fails to build gets None."""
+    start = time.perf_counter()
+    depth = max((len(r["improvers"]) for r in runs), default=0)
+    order = [(i, k) for k in range(depth) for i, r in enumerate(runs) if k < len(r["improvers"])]
+    key_of: dict[tuple[int, int], int] = {}
+    libs: dict[int, Any] = {}
+    for i, k in order:
+        scheduled = _record_module(mod, Path(runs[i]["work_dir"]), runs[i]["improvers"][k])
+        key = int(tvm_ffi.structural_hash(scheduled))
+        key_of[(i, k)] = key
+        if key not in libs:
+            try:
+                libs[key] = tvm.compile(scheduled, target=target).jit()
+            except Exception as err:  # a schedule that measured fine but does not build here is reported, not fatal
+                write(f"  re-timing: a schedule of {runs[i]['arm']} seed {runs[i]['seed']} does not build "
+                      f"({type(err).__name__}); left out")
+                libs[key] = None
+    device = device_for(target)
+    args = random_args(mod["main"], device, np.random.default_rng(0))
+    preproc = "cache_flush_cpu_non_first_arg" if measuring.flushes(target) else ""
+    samples: dict[int, list[float]] = {key: [] for key in libs}
+    for _ in range(passes):
+        for key, lib in libs.items():
+            if lib is not None:
+                timer = lib.time_evaluator("main", device, number=measuring.number, repeat=measuring.repeat,
+                                           min_repeat_ms=measuring.min_repeat_ms, f_preproc=preproc)
+                samples[key].append(float(np.median(timer(*args).results)))
+    value = {key: float(np.median(s)) if s else None for key, s in samples.items()}
+    for i, run in enumerate(runs):
+        run["retimed"] = [value[key_of[(i, k)]] for k in range(len(run["improvers"]))]
+    return {"schedules": len(libs), "failed": sum(lib is None for lib in libs.values()), "passes": passes,
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def best_tuning_us(run: dict[str, Any]) -> float:
+    """The run's best tuning-time latency in microseconds (inf: nothing valid)."""
+    valid = [s for s in run["tuning_seconds"] if s is not None]
+    return min(valid) * 1e6 if valid else math.inf
+
+
+__all__ = ["Measuring", "SkipMeasured", "best_tuning_us", "cores", "record_seconds", "retime_task", "run_arm",
+           "shared_first_batch", "task_seed", "wait_for_cores"]

@@ -1,0 +1,241 @@
+"""The tuner benchmark's statistics: pure functions over run records, no TVM.
+
+A run record (one per task x arm x seed, as `bench_runs.run_arm` writes it and `bench_runs.retime` completes it)
+holds `tuning_seconds` (each measured record's median run time, in measurement order; None for a failed one),
+`improvers` (the indices at which the tuning-time best so far improved) and `retimed` (each improver's latency
+re-timed at the end, aligned with `improvers`; None where it could not be built). Everything here reads curves
+of re-timed latencies: at trial t, the best re-timed latency among the improvers measured by then.
+
+Trials-to-target is censored: a run that never reaches its task's target within N trials counts as "> N". Ratios
+against the baseline arm pair runs of the same task and seed (they start from the same measured first batch) and
+come with 95% intervals from a task-clustered bootstrap: tasks resampled with replacement, then seeds within each
+drawn task, so a CI reflects how much the answer depends on which tasks and seeds were picked.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+FAILED_SECONDS = 1e9  # MetaSchedule records a failed candidate with 1e10 s
+TARGET_SLACK = 1.05  # a task's target: best re-timed latency over every arm and seed x this
+BASELINE = "evolutionary"
+
+Run = dict[str, Any]
+
+
+def median_seconds(secs: Sequence[float] | None) -> float | None:
+    """The median of a record's run times, or None for a failed candidate (no times, or MetaSchedule's 1e10 s)."""
+    if not secs:
+        return None
+    value = float(np.median([float(s) for s in secs]))
+    return value if value < FAILED_SECONDS else None
+
+
+def improvers(seconds: Sequence[float | None]) -> list[int]:
+    """Indices at which the best so far strictly improves (failed records, None, never do)."""
+    best, out = math.inf, []
+    for i, value in enumerate(seconds):
+        if value is not None and value < best:
+            best = value
+            out.append(i)
+    return out
+
+
+def best_so_far(seconds: Sequence[float | None]) -> list[float]:
+    """The running minimum (inf until the first valid value)."""
+    best, out = math.inf, []
+    for value in seconds:
+        if value is not None:
+            best = min(best, value)
+        out.append(best)
+    return out
+
+
+def retimed_curve(run: Run, length: int | None = None) -> list[float]:
+    """Best re-timed latency among the run's improvers measured by each trial (inf before the first one).
+
+    `length` defaults to the run's measured trials; a run that ended early (its space ran out) keeps its last
+    value beyond its end. Empty when the run has not been re-timed."""
+    retimed = run.get("retimed")
+    if retimed is None:
+        return []
+    n = len(run["tuning_seconds"]) if length is None else length
+    at = {i: t for i, t in zip(run["improvers"], retimed) if t is not None}
+    best, out = math.inf, []
+    for i in range(n):
+        if i in at:
+            best = min(best, at[i])
+        out.append(best)
+    return out
+
+
+def value_at(curve: Sequence[float], trials: int) -> float:
+    """The curve after `trials` trials (its last value when it is shorter; inf when it is empty)."""
+    if not curve or trials < 1:
+        return math.inf
+    return curve[min(trials, len(curve)) - 1]
+
+
+def trials_to_target(curve: Sequence[float], target: float, limit: int | None = None) -> int | None:
+    """The first trial count at which the curve is at or below `target`, within `limit` trials (None: never)."""
+    end = len(curve) if limit is None else min(limit, len(curve))
+    for i in range(end):
+        if curve[i] <= target * (1 + 1e-9):
+            return i + 1
+    return None
+
+
+def task_targets(runs: Iterable[Run], slack: float = TARGET_SLACK) -> dict[str, float]:
+    """Per task, the best re-timed latency any run of any arm reached, x `slack` (tasks without one left out)."""
+    best: dict[str, float] = {}
+    for run in runs:
+        curve = retimed_curve(run)
+        if curve and math.isfinite(curve[-1]):
+            best[run["task"]] = min(best.get(run["task"], math.inf), curve[-1])
+    return {task: value * slack for task, value in best.items()}
+
+
+def censored_median(values: Sequence[int | None]) -> float | None:
+    """Median of trial counts where None means "not within the budget" (larger than any count); None when the
+    median itself is such a run (more than half never got there), NaN when there are no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(math.inf if v is None else float(v) for v in values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return median if math.isfinite(median) else None
+
+
+def reach_shares(hits: Sequence[int | None], trials: int) -> list[float]:
+    """After each trial count t = 1..`trials`, the share of runs whose trials-to-target is at most t."""
+    if not hits:
+        return [math.nan] * trials
+    counts = np.zeros(trials + 2)
+    for h in hits:
+        counts[min(h, trials + 1) if h is not None else trials + 1] += 1
+    return list(np.cumsum(counts)[1:trials + 1] / len(hits))
+
+
+def _mean_of_means(groups: Sequence[Sequence[float]]) -> float:
+    return float(np.mean([np.mean(g) for g in groups if len(g)]))
+
+
+def cluster_bootstrap(groups: Sequence[Sequence[float]], n_boot: int = 2000, seed: int = 0,
+                      level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of the group means (each task weighs the same, whatever its number of seeds) and its `level`
+    interval by resampling groups with replacement, then values within each drawn group. NaNs when empty."""
+    groups = [np.asarray(g, dtype=float) for g in groups if len(g)]
+    if not groups:
+        return math.nan, math.nan, math.nan
+    point = _mean_of_means(groups)
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_boot)
+    for b in range(n_boot):
+        picks = rng.integers(len(groups), size=len(groups))
+        stats[b] = np.mean([groups[i][rng.integers(len(groups[i]), size=len(groups[i]))].mean() for i in picks])
+    tail = (1 - level) / 2
+    return point, float(np.quantile(stats, tail)), float(np.quantile(stats, 1 - tail))
+
+
+def geomean_ratio(groups: Sequence[Sequence[float]], n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
+    """Geometric-mean ratio with a task-clustered 95% CI, from per-task lists of log ratios."""
+    point, lo, hi = cluster_bootstrap(groups, n_boot, seed)
+    return {"ratio": math.exp(point), "ci_low": math.exp(lo), "ci_high": math.exp(hi),
+            "pairs": int(sum(len(g) for g in groups))}
+
+
+def _by_key(runs: Iterable[Run]) -> dict[tuple[str, str, int], Run]:
+    return {(r["task"], r["arm"], r["seed"]): r for r in runs}
+
+
+def paired_log_ratios(runs: Sequence[Run], arm: str, baseline: str,
+                      value: Callable[[Run], float | None]) -> list[list[float]]:
+    """Per task (sorted), log(value(baseline run) / value(arm run)) over the seeds both arms have a value for:
+    above 0 when the arm's value is smaller (faster, or fewer trials)."""
+    by = _by_key(runs)
+    out: dict[str, list[float]] = {}
+    for (task, name, seed), run in sorted(by.items()):
+        base = by.get((task, baseline, seed))
+        if name != arm or base is None:
+            continue
+        a, b = value(run), value(base)
+        if a is not None and b is not None and 0 < a < math.inf and 0 < b < math.inf:
+            out.setdefault(task, []).append(math.log(b / a))
+    return [out[t] for t in sorted(out)]
+
+
+def summarise(runs: Sequence[Run], trials: int | Sequence[int], slack: float = TARGET_SLACK,
+              baseline: str = BASELINE, n_boot: int = 2000) -> list[dict[str, Any]]:
+    """One row per (budget N, arm) over the re-timed runs (others are left out): share of runs at the task's target
+    within N, censored median trials to it, geomean best latency / target at N, and against `baseline` (same task
+    and seed) the geomean speedup of the best latency at N and the geomean saving in trials to target (a run
+    not there by N counts as N + 1, so a saving is understated when the baseline never gets there), each with a
+    task-clustered 95% CI; wall seconds per run and in all."""
+    budgets = [trials] if isinstance(trials, int) else list(trials)
+    runs = [r for r in runs if "tuning_seconds" in r and r.get("retimed") is not None]
+    targets = task_targets(runs, slack)
+    curves = {(r["task"], r["arm"], r["seed"]): retimed_curve(r) for r in runs}
+    arms = list(dict.fromkeys(r["arm"] for r in runs))
+    rows = []
+    for n in budgets:
+        def hit(run: Run, n: int = n) -> int | None:
+            target = targets.get(run["task"])
+            curve = curves[(run["task"], run["arm"], run["seed"])]
+            return None if target is None else trials_to_target(curve, target, n)
+
+        def best(run: Run, n: int = n) -> float | None:
+            v = value_at(curves[(run["task"], run["arm"], run["seed"])], n)
+            return v if math.isfinite(v) else None
+
+        def capped(run: Run, n: int = n) -> float | None:
+            if run["task"] not in targets:
+                return None
+            h = hit(run)
+            return float(n + 1 if h is None else h)
+
+        for arm in arms:
+            mine = [r for r in runs if r["arm"] == arm]
+            hits = [hit(r) for r in mine if r["task"] in targets]
+            gap: dict[str, list[float]] = {}
+            for r in mine:
+                b = best(r)
+                if b is not None and r["task"] in targets:
+                    gap.setdefault(r["task"], []).append(math.log(b / targets[r["task"]]))
+            walls = [r["wall_seconds"] for r in mine if r.get("wall_seconds") is not None]
+            row: dict[str, Any] = {
+                "trials": n, "arm": arm, "runs": len(mine), "tasks": len({r["task"] for r in mine}),
+                "reached": sum(h is not None for h in hits), "reach_share": (sum(h is not None for h in hits) /
+                                                                            len(hits)) if hits else math.nan,
+                "median_trials_to_target": censored_median(hits),
+                "best_over_target": math.exp(_mean_of_means(list(gap.values()))) if gap else math.nan,
+                "median_wall_seconds": float(np.median(walls)) if walls else None,
+                "wall_seconds": float(sum(walls)),
+            }
+            if arm != baseline:
+                row["speedup_vs_baseline"] = geomean_ratio(paired_log_ratios(runs, arm, baseline, best), n_boot)
+                row["trials_saving_vs_baseline"] = geomean_ratio(
+                    paired_log_ratios(runs, arm, baseline, capped), n_boot)
+            rows.append(row)
+    return rows
+
+
+def reach_fractions(runs: Sequence[Run], trials: int, slack: float = TARGET_SLACK) -> dict[str, list[float]]:
+    """Trials-to-target curves: per arm, after each trial count t = 1..`trials`, the share of its re-timed runs
+    at or below their task's fixed target (best re-timed latency over every arm x `slack`)."""
+    runs = [r for r in runs if "tuning_seconds" in r and r.get("retimed") is not None]
+    targets = task_targets(runs, slack)
+    out = {}
+    for arm in dict.fromkeys(r["arm"] for r in runs):
+        hits = [trials_to_target(retimed_curve(r), targets[r["task"]], trials)
+                for r in runs if r["arm"] == arm and r["task"] in targets]
+        if hits:
+            out[arm] = reach_shares(hits, trials)
+    return out
+
+
+__all__ = ["BASELINE", "FAILED_SECONDS", "TARGET_SLACK", "best_so_far", "censored_median", "cluster_bootstrap",
+           "geomean_ratio", "improvers", "median_seconds", "paired_log_ratios", "reach_fractions", "reach_shares",
+           "retimed_curve", "summarise", "task_targets", "trials_to_target", "value_at"]
