@@ -1,10 +1,11 @@
 """CHAMELEON's adaptive sampling: the knee of the inertia curve, best-scored representatives, budget and
-exploration share, duplicates, determinism."""
+exploration share, duplicates, determinism; and the batch selection of knob-space searches built on it."""
 import numpy as np
 import pytest
 from sklearn.datasets import make_blobs
 
 from tvm_rl.tune.sampling import adaptive_sample, knee
+from tvm_rl.tune.search_strategy.selection import cluster_top, head_size, top_k
 
 
 def blobs(k: int, seed: int, n: int = 300, dims: int = 6) -> tuple[np.ndarray, np.ndarray]:
@@ -92,3 +93,58 @@ def test_deterministic_with_a_seed_and_nan_scores_are_worst():
     assert not any(np.isnan(scores[i]) for i in a[:5])
     with pytest.raises(ValueError):
         adaptive_sample(points, scores[:-1], 8, np.random.default_rng(0))
+
+
+# --- the batch selection of knob-space searches (search_strategy.selection) ---
+
+
+def two_regions(seed: int, m: int = 100) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points in two far-apart regions (think: two design spaces), every point of the first rated above every
+    point of the second. Returns features, scores and which region each point is in (True: the first)."""
+    rng = np.random.default_rng(seed)
+    first = np.r_[np.ones(m, bool), np.zeros(m, bool)]
+    features = rng.random((2 * m, 4)) + np.where(first, 0.0, 5.0)[:, None]
+    scores = rng.random(2 * m) + first
+    return features, scores, first
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cluster_top_gives_the_batch_to_the_higher_rated_region(seed):
+    features, scores, first = two_regions(seed)
+    for n, explore in [(8, 0.0), (16, 0.0), (16, 0.05), (32, 0.1)]:
+        chosen = cluster_top(features, scores, n, np.random.default_rng(seed), explore_fraction=explore, k_min=n // 2)
+        assert len(chosen) == n == len(set(chosen))
+        assert first[chosen].sum() >= n - int(n * explore + 0.5)  # only the random share may go elsewhere
+
+
+def test_cluster_top_takes_the_best_of_each_cluster_of_the_top():
+    # The top holds two tight groups: A rated 10-11, B just below (9-10); a far group C is rated low. Top-k
+    # measures only A; clustering the top also measures B's best, never C.
+    rng = np.random.default_rng(0)
+    centres = {"A": 0.0, "B": 3.0, "C": 9.0}
+    groups = np.repeat(list(centres), [40, 40, 40])
+    features = rng.normal(0, 0.05, (120, 3)) + np.array([centres[g] for g in groups])[:, None]
+    scores = rng.random(120) + np.select([groups == "A", groups == "B"], [10.0, 9.0], 0.0)
+    chosen = cluster_top(features, scores, 8, np.random.default_rng(0), explore_fraction=0.0, k_min=2)
+    assert len(chosen) == 8 and set(groups[chosen]) == {"A", "B"}
+    for g in ("A", "B"):
+        assert int(np.flatnonzero(groups == g)[np.argmax(scores[groups == g])]) in chosen
+    assert set(groups[top_k(scores, 8, np.random.default_rng(0), explore_fraction=0.0)]) == {"A"}
+
+
+def test_selection_fills_the_batch_from_any_pool():
+    features, scores, _ = two_regions(0, m=5)
+    rng = np.random.default_rng(0)
+    for rule in (lambda n: cluster_top(features, scores, n, rng, 0.05, k_min=n // 2),
+                 lambda n: top_k(scores, n, rng, 0.05)):
+        assert sorted(rule(10)) == list(range(10))  # a pool of 10: all of it
+        assert sorted(rule(30)) == list(range(10))
+        assert len(set(rule(7))) == 7 and rule(0) == []
+    # top-k's best share is exactly the best-rated points
+    assert top_k(scores, 7, rng, 0.3)[:5] == np.argsort(-scores)[:5].tolist()
+
+
+def test_head_size_stays_in_the_better_half_of_the_pool():
+    assert head_size(16, 10_000) == 64 and head_size(8, 10_000) == 64 and head_size(32, 10_000) == 128
+    assert head_size(16, 46) == 32  # the better half would be 23: at least 2 n
+    assert head_size(8, 100) == 50 and head_size(8, 10) == 10

@@ -1,15 +1,19 @@
-"""CHAMELEON's agent: an actor-critic PPO policy that walks a kernel's knob space, one step for every knob at once.
+"""CHAMELEON's agent: an actor-critic PPO policy that walks a kernel's knob space, every action unit at once.
 
-State: the knob vector, one token per knob (normalised index, log cardinality, knob kind, position, whether it
-sits at an end of its range) plus global features (the cost model's score of the current point, the walk's
-progress). Action: decrease / keep / increase for every knob. Reward: the change of the cost model's score
-(an invalid point is penalised and the walk stays where it was). The network is shared across knobs (a small
-per-knob MLP, mean-pooled context, one actor head per knob and one critic on the pooled state), so the same
-agent serves knob spaces of any size and is reused across tuning rounds and across tasks.
+State: one token per action unit of `tune.moves.MoveSpace` (a boundary between two levels of a tile, or a
+categorical / compute-location knob): its kind, the sizes on either side of the boundary (or the index), whether
+it can move either way, plus global features (the rating of the current point, the walk's progress). Action:
+decrease / keep / increase per unit; at a tile boundary that moves one prime factor outward or inward, the moves
+MetaSchedule's MutateTileSize makes. Reward: the change of the rating (an invalid point is penalised and the walk
+stays where it was). The network is shared across units (a small per-unit MLP, mean-pooled context, one actor
+head per unit and one critic on the pooled state), so the same agent serves knob spaces of any size and is reused
+across tuning rounds and across tasks.
 
-Written after CleanRL's single-file PPO: `PPOConfig` holds every hyperparameter (CHAMELEON's: lr 1e-3,
-3 epochs, clip 0.2), `explore` collects the walks' rollout, `update` is the clipped-objective step (the PPO
-core shared with the graph agent, `tvm_rl.rl.ppo`).
+Walks are long (`max_steps`, default 128) because each step is rated by a cheap rater (the draft model of
+`tune.draft` in PPOSearch), and the policy is updated every `update_every` steps of the walks, so one round gives
+several PPO updates. Written after CleanRL's single-file PPO: `PPOConfig` holds every hyperparameter
+(CHAMELEON's: lr 1e-3, 3 epochs, clip 0.2), `explore` collects the walks' rollout and updates, `update` is the
+clipped-objective step (the PPO core shared with the graph agent, `tvm_rl.rl.ppo`).
 """
 from __future__ import annotations
 
@@ -23,9 +27,9 @@ from torch import nn
 
 from ..errors import CheckpointError
 from ..rl.ppo import PPOParams, gae, ppo_update
-from .knobs import CATEGORICAL, COMPUTE_LOCATION, TILE, KnobSpace
+from .moves import UNIT_FEATURES, MoveSpace
 
-TOKEN_FEATURES = 9
+TOKEN_FEATURES = UNIT_FEATURES
 GLOBAL_FEATURES = 3
 INVALID = float("nan")
 
@@ -34,13 +38,14 @@ INVALID = float("nan")
 class PPOConfig:
     """Walks and PPO hyperparameters (CHAMELEON: 128 walks, up to 500 steps, lr 1e-3, 3 epochs, clip 0.2).
 
-    `max_evaluations` bounds the distinct points the cost model rates per round: each costs a trace replay
-    plus feature extraction (tens of milliseconds on a CPU), which is what bounds a round's time, not the step count.
+    `max_evaluations` bounds the distinct points rated per round and space; with the draft model a rating costs
+    microseconds, so the bound is generous. `update_every`: steps of the walks between PPO updates.
     """
 
-    walks: int = 128
-    max_steps: int = 500
-    max_evaluations: int = 512
+    walks: int = 64
+    max_steps: int = 128
+    max_evaluations: int = 20_000
+    update_every: int = 32
     stuck_fraction: float = 0.9  # stop the round when this share of walks made no move in a step
     lr: float = 1e-3
     epochs: int = 3
@@ -53,41 +58,24 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     hidden: int = 64
     invalid_penalty: float = 0.05
-    keep_bias: float = 1.5  # initial preference for "keep": without it a step moves two thirds of the knobs
+    keep_bias: float = 2.5  # initial preference for "keep": a step then moves about one unit in seven
     seed: int = 0
 
 
-def knob_tokens(space: KnobSpace) -> np.ndarray:
-    """The static part of each knob's token: log cardinality, kind one-hot, relative position; (K, 5)."""
-    k = max(space.size, 1)
-    rows = []
-    for knob in space.knobs:
-        rows.append([np.log2(knob.cardinality) / 8.0, knob.kind == TILE, knob.kind == CATEGORICAL,
-                     knob.kind == COMPUTE_LOCATION, knob.position / k])
-    return np.asarray(rows, dtype=np.float32).reshape(space.size, 5)
-
-
-def observe(space: KnobSpace, static: np.ndarray, vecs: np.ndarray, scores: np.ndarray,
-            progress: float) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens (W, K, TOKEN_FEATURES) and global features (W, GLOBAL_FEATURES) for W points of one space."""
+def observe(moves: MoveSpace, vecs: np.ndarray, scores: np.ndarray, progress: float
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens (W, units, TOKEN_FEATURES) and global features (W, GLOBAL_FEATURES) for W points of one space."""
     vecs = np.asarray(vecs)
-    cards = space.cardinalities
-    w = vecs.shape[0]
-    norm = vecs / np.maximum(cards - 1, 1)
-    tokens = np.concatenate([
-        norm[..., None], np.broadcast_to(static, (w, *static.shape)),
-        (vecs == 0)[..., None], (vecs == cards - 1)[..., None],
-        np.full((w, space.size, 1), np.log2(max(space.size, 1)) / 6.0),
-    ], axis=-1).astype(np.float32)
-    glob = np.stack([np.nan_to_num(scores, nan=0.0), np.full(w, progress), np.isnan(scores).astype(float)],
+    tokens = moves.tokens(vecs)
+    glob = np.stack([np.nan_to_num(scores, nan=0.0), np.full(len(vecs), progress), np.isnan(scores).astype(float)],
                     axis=-1).astype(np.float32)
     return tokens, glob
 
 
 class KnobPolicy(nn.Module):
-    """Per-knob actor (3 logits per knob) and a critic on the mean-pooled state, for any number of knobs."""
+    """Per-unit actor (3 logits per action unit) and a critic on the mean-pooled state, for any number of units."""
 
-    def __init__(self, hidden: int = 64, keep_bias: float = 1.5):
+    def __init__(self, hidden: int = 64, keep_bias: float = 2.5):
         super().__init__()
         self.encode = nn.Sequential(nn.Linear(TOKEN_FEATURES + GLOBAL_FEATURES, hidden), nn.Tanh(),
                                     nn.Linear(hidden, hidden), nn.Tanh())
@@ -140,6 +128,7 @@ class WalkResult:
     steps: int
     evaluations: int
     invalid: int
+    updates: list[dict[str, float]] = field(default_factory=list)  # the PPO updates made during the walks
 
 
 # Rates points of one knob space: (n, K) index vectors -> (n,) scores, NaN for a vector that does not decode.
@@ -172,61 +161,77 @@ class PPOAgent:
         logp, _ = _log_prob(logits, torch.from_numpy(actions), mask)
         return actions, logp.numpy(), value.numpy()
 
-    def explore(self, space: KnobSpace, starts: np.ndarray, start_scores: np.ndarray, evaluate: Evaluator,
-                rng: np.random.Generator, max_evaluations: int | None = None) -> WalkResult:
-        """Walk from `starts` (W, K) for up to `max_steps`, recording the transitions for `update`.
+    def explore(self, moves: MoveSpace, starts: np.ndarray, start_scores: np.ndarray, evaluate: Evaluator,
+                rng: np.random.Generator, max_evaluations: int | None = None, learn: bool = True) -> WalkResult:
+        """Walk from `starts` (W, K) for up to `max_steps`, rating each new point with `evaluate`.
 
-        Stops early when the evaluation budget is spent or when `stuck_fraction` of the walks made no move
-        (every knob kept, or blocked at its range end, or the move was invalid). Returns every valid point rated.
+        With `learn`, the policy is updated with PPO every `update_every` steps and once more at the end (each
+        segment bootstraps from the critic: the walks go on after it). Stops early when the rating budget is
+        spent or when `stuck_fraction` of the walks made no move (every unit kept or blocked, or the move was
+        invalid). Returns every valid point rated and the updates' diagnostics.
         """
+        # The policy's tensors are a few dozen units wide: one thread is as fast, and several contend with the
+        # builders and runners that share the machine.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._explore(moves, starts, start_scores, evaluate, rng, max_evaluations, learn)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _explore(self, moves: MoveSpace, starts: np.ndarray, start_scores: np.ndarray, evaluate: Evaluator,
+                 rng: np.random.Generator, max_evaluations: int | None, learn: bool) -> WalkResult:
         cfg = self.config
         budget = cfg.max_evaluations if max_evaluations is None else max_evaluations
-        static = knob_tokens(space)
         vecs, scores = np.array(starts, dtype=np.int64), np.array(start_scores, dtype=float)
         seen: dict[tuple, float] = {tuple(v): s for v, s in zip(vecs, scores) if not np.isnan(s)}
-        if vecs.shape[1] == 0:  # a kernel with no sampling decisions has one schedule: nothing to walk
-            return WalkResult(seen, 0, 0, 0)
-        trajectory = []  # (tokens, glob, actions, logp, value, reward) per step
-        evaluations = invalid = steps = 0
-        while steps < cfg.max_steps and evaluations < budget:
-            tokens, glob = observe(space, static, vecs, scores, steps / cfg.max_steps)
+        result = WalkResult(seen, 0, 0, 0)
+        if vecs.shape[1] == 0 or moves.size == 0:  # a kernel with no sampling decisions has one schedule
+            return result
+        segment: list[tuple] = []  # (tokens, glob, actions, logp, value, reward) per step
+        while result.steps < cfg.max_steps and result.evaluations < budget:
+            tokens, glob = observe(moves, vecs, scores, result.steps / cfg.max_steps)
             actions, logp, value = self.act(tokens, glob, rng)
-            moved = np.stack([space.step(v, a - 1) for v, a in zip(vecs, actions)])
-            new_scores = np.full(len(moved), np.nan)
-            fresh = [i for i, v in enumerate(moved) if tuple(v) not in seen]
-            known = [i for i in range(len(moved)) if i not in set(fresh)]
-            for i in known:
-                new_scores[i] = seen[tuple(moved[i])]
-            if fresh:
-                # A vector reached by several walks is rated once.
-                uniq = {tuple(moved[i]): i for i in fresh}
-                rated = evaluate(np.array(list(uniq), dtype=np.int64))
-                evaluations += len(uniq)
-                by_vec = dict(zip(uniq, rated))
-                for i in fresh:
-                    new_scores[i] = by_vec[tuple(moved[i])]
-                for v, s in by_vec.items():
-                    if not np.isnan(s):
-                        seen[v] = float(s)
-                    else:
-                        invalid += 1
+            moved = np.stack([moves.move(v, a, rng) for v, a in zip(vecs, actions)])
+            new_scores = np.array([seen.get(tuple(v), np.nan) for v in moved])
+            fresh = list(dict.fromkeys(tuple(v) for v in moved if tuple(v) not in seen))
+            if fresh:  # a vector reached by several walks is rated once
+                rated = evaluate(np.array(fresh, dtype=np.int64))
+                result.evaluations += len(fresh)
+                for v, sc in zip(fresh, rated):
+                    if np.isnan(sc):
+                        result.invalid += 1
+                    seen[v] = float(sc)
+                new_scores = np.array([seen.get(tuple(v), np.nan) for v in moved])
             bad = np.isnan(new_scores)
             reward = np.where(bad, -cfg.invalid_penalty, np.nan_to_num(new_scores) - np.nan_to_num(scores))
             still = bad | np.all(moved == vecs, axis=1)
-            trajectory.append((tokens, glob, actions, logp, value, reward.astype(np.float32)))
+            segment.append((tokens, glob, actions, logp, value, reward.astype(np.float32)))
             vecs = np.where(bad[:, None], vecs, moved)
             scores = np.where(bad, scores, new_scores)
-            steps += 1
+            result.steps += 1
+            if learn and len(segment) >= cfg.update_every:
+                self._close(segment, moves, vecs, scores, result, rng)
+                segment = []
             if still.mean() >= cfg.stuck_fraction:
                 break
-        if trajectory:
-            tokens, glob = observe(space, static, vecs, scores, steps / cfg.max_steps)
-            _, _, last_value = self.act(tokens, glob, rng)
-            self._store(trajectory, last_value, truncated=steps >= cfg.max_steps or evaluations >= budget)
-        return WalkResult(seen, steps, evaluations, invalid)
+        if learn and segment:
+            self._close(segment, moves, vecs, scores, result, rng)
+        result.scores = {v: sc for v, sc in seen.items() if not np.isnan(sc)}
+        return result
 
-    def _store(self, trajectory: list, last_value: np.ndarray, truncated: bool) -> None:
-        """GAE over one space's walks; the walk's end bootstraps from the critic (rounds have no terminal)."""
+    def _close(self, segment: list, moves: MoveSpace, vecs: np.ndarray, scores: np.ndarray, result: WalkResult,
+               rng: np.random.Generator) -> None:
+        """Store a segment of the walks (bootstrapped from the critic at its end) and update the policy on it."""
+        tokens, glob = observe(moves, vecs, scores, result.steps / self.config.max_steps)
+        _, _, last_value = self.act(tokens, glob, rng)
+        self._store(segment, last_value)
+        stats = self.update(rng)
+        if stats:
+            result.updates.append(stats)
+
+    def _store(self, trajectory: list, last_value: np.ndarray) -> None:
+        """GAE over one segment of one space's walks; its end bootstraps from the critic (walks have no terminal)."""
         cfg = self.config
         rewards = np.stack([t[5] for t in trajectory])
         values = np.stack([t[4] for t in trajectory])
@@ -317,4 +322,4 @@ class PPOAgent:
         return agent
 
 
-__all__ = ["INVALID", "KnobPolicy", "PPOAgent", "PPOConfig", "Rollout", "WalkResult", "knob_tokens", "observe"]
+__all__ = ["INVALID", "KnobPolicy", "PPOAgent", "PPOConfig", "Rollout", "WalkResult", "observe"]

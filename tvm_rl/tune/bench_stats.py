@@ -119,7 +119,7 @@ def reach_shares(hits: Sequence[int | None], trials: int) -> list[float]:
     return list(np.cumsum(counts)[1:trials + 1] / len(hits))
 
 
-def _mean_of_means(groups: Sequence[Sequence[float]]) -> float:
+def _mean_of_means(groups: Sequence[Sequence[float] | np.ndarray]) -> float:
     return float(np.mean([np.mean(g) for g in groups if len(g)]))
 
 
@@ -127,15 +127,15 @@ def cluster_bootstrap(groups: Sequence[Sequence[float]], n_boot: int = 2000, see
                       level: float = 0.95) -> tuple[float, float, float]:
     """Mean of the group means (each task weighs the same, whatever its number of seeds) and its `level`
     interval by resampling groups with replacement, then values within each drawn group. NaNs when empty."""
-    groups = [np.asarray(g, dtype=float) for g in groups if len(g)]
-    if not groups:
+    arrays = [np.asarray(g, dtype=float) for g in groups if len(g)]
+    if not arrays:
         return math.nan, math.nan, math.nan
-    point = _mean_of_means(groups)
+    point = _mean_of_means(arrays)
     rng = np.random.default_rng(seed)
     stats = np.empty(n_boot)
     for b in range(n_boot):
-        picks = rng.integers(len(groups), size=len(groups))
-        stats[b] = np.mean([groups[i][rng.integers(len(groups[i]), size=len(groups[i]))].mean() for i in picks])
+        picks = rng.integers(len(arrays), size=len(arrays))
+        stats[b] = np.mean([arrays[i][rng.integers(len(arrays[i]), size=len(arrays[i]))].mean() for i in picks])
     tail = (1 - level) / 2
     return point, float(np.quantile(stats, tail)), float(np.quantile(stats, 1 - tail))
 

@@ -9,6 +9,8 @@ wrong costs a few exact ratings, never a measurement.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from scipy.stats import spearmanr
 
@@ -18,7 +20,7 @@ class DraftModel:
 
     def __init__(self, seed: int = 0, trees: int = 60, depth: int = 5) -> None:
         self.seed, self.trees, self.depth = seed, trees, depth
-        self.booster = None
+        self.booster: Any = None
         self.constant = 0.0
 
     @property

@@ -6,7 +6,8 @@ candidate long before that, returns an empty batch, and the scheduler picks the 
 pick spending a full search (seconds to tens of seconds on a small CPU) for nothing. Evolutionary search
 proposes fewer candidates than asked only when it cannot find more distinct unmeasured ones, so this wrapper
 ends the task after such a short batch (or an empty one) instead of searching again; what was measured stays
-in the database.
+in the database. The knob-space strategies (`PPOSearch`, `SimulatedAnnealing`) need no wrapper: they return None
+themselves once no valid unmeasured point is left (`search_strategy.ppo`).
 """
 from __future__ import annotations
 

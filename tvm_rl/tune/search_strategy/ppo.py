@@ -12,15 +12,24 @@ with every knob-space strategy:
   short run. Rated schedules are cached, so revisiting a point costs nothing;
 - resume: records already in the database for this workload are encoded back to points, never measured again,
   train the cost model before the first round, and seed the search;
-- a point that does not decode is never measured; the count of such rejections is kept (`stats`).
+- a point that does not decode is never measured; the count of such rejections is kept (`stats`);
+- MetaSchedule's protocol: every batch is full while unmeasured valid points remain (a short proposal is topped
+  up with the round's next-best rated points, then random valid ones), and the strategy returns None, which
+  ends the task, as soon as none remain. A design space of at most `enumerate_limit` points (a space without
+  knobs is one point) is enumerated: its points are drawn without replacement in a random order, each decoded
+  once, so the strategy knows exactly when every valid point has been measured. For larger spaces the task
+  ends when the search and random sampling find no new valid point in a round; when no point decodes at all
+  (every postprocessor fails), that is the first round.
 
 Subclasses only say which unmeasured points to measure next (`propose`).
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -31,7 +40,9 @@ from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 from ..agent import PPOAgent, PPOConfig
 from ..cost_model import create as create_cost_model
 from ..knobs import KnobError, KnobSpace, to_candidate
-from ..sampling import adaptive_sample
+from ..moves import MoveSpace
+from .selection import select
+from .walks import WalkSettings, walk_round
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +53,11 @@ class KnobSearch(PySearchStrategy):
     """Shared state of a knob-space search (see the module docstring); subclasses implement `propose`."""
 
     def __init__(self, seed: int = 0, explore_fraction: float = 0.05, init_random: int | None = None,
-                 log: list[dict] | None = None) -> None:
+                 log: list[dict] | None = None, enumerate_limit: int = 4096) -> None:
         self.seed, self.explore_fraction, self.init_random = seed, explore_fraction, init_random
+        self.enumerate_limit = enumerate_limit
         self.context: ms.TuneContext | None = None
+        self.round_record: dict[str, Any] = {}  # what a subclass's search did this round, for the log line
         # One line per round, shared by every clone (the task scheduler tunes clones, not this object).
         self.log: list[dict] = log if log is not None else []
 
@@ -66,6 +79,17 @@ class KnobSearch(PySearchStrategy):
                 logger.warning("%s: design space skipped: %s", self.context.task_name, err)
         if not self.spaces:
             raise KnobError(f"{self.context.task_name}: no design space could be viewed as knobs")
+        # Small spaces: every vector, in a random order of their own (so the main random stream, hence the
+        # search in large spaces, does not depend on which spaces are small).
+        self.orders: dict[int, list[tuple[int, ...]]] = {}
+        for s, space in enumerate(self.spaces):
+            cards = [int(c) for c in space.cardinalities]
+            if math.prod(cards) <= self.enumerate_limit:
+                vecs = list(itertools.product(*(range(c) for c in cards)))
+                perm = np.random.default_rng([self.seed, s]).permutation(len(vecs))
+                self.orders[s] = [vecs[i] for i in perm]
+        self.exhausted: set[int] = set()  # enumerated spaces with no valid unmeasured point left
+        self.done = False  # returned None once: the task is over
         # The tuner's cost model is retrained by the default measure callbacks; without one we keep our own.
         self.own_model = cost_model is None
         self.model = create_cost_model("xgb") if cost_model is None else cost_model
@@ -89,25 +113,28 @@ class KnobSearch(PySearchStrategy):
         self.scores.clear()
 
     def generate_measure_candidates(self):
-        if self.trials >= self.max_trials:
+        if self.done or self.trials >= self.max_trials:
             return None
         start = time.perf_counter()
         n = min(self.per_iter, self.max_trials - self.trials)
-        if not self.measured:  # nothing measured yet: the cost model knows nothing
+        self._note_exhausted()
+        if len(self.exhausted) == len(self.spaces):
+            points = []  # every valid point is measured: no search
+        elif not self.measured:  # nothing measured yet: the cost model knows nothing
             points = self._random_points(n if self.init_random is None else min(n, self.init_random))
         else:
-            points = self.propose(n)
-            if len(points) < n * self.explore_fraction:  # the search found too few: fill with random ones
-                points += self._random_points(n - len(points), exclude=set(points))
-        points = points[:n]
-        self.stats["rounds"] += 1
+            points = self._fill(self.propose(n), n)
         seconds = time.perf_counter() - start
         self.stats["search_seconds"] += seconds
+        if not points:
+            self._end()
+            return None
+        self.stats["rounds"] += 1
         self.log.append({"task": self.context.task_name, "round": self.stats["rounds"], "measure": len(points),
                          "search_seconds": seconds, "evaluations": self.stats["evaluations"],
-                         "invalid": self.stats["invalid"], "evaluate_seconds": self.stats["evaluate_seconds"]})
-        if not points:
-            return None  # the space has nothing left to measure
+                         "invalid": self.stats["invalid"], "evaluate_seconds": self.stats["evaluate_seconds"],
+                         **self.round_record})
+        self.round_record = {}
         self.pending = points
         return [to_candidate(self.schedules[p]) for p in points]
 
@@ -148,19 +175,67 @@ class KnobSearch(PySearchStrategy):
         return [p for _, p in ok[:k]]
 
     def _random_points(self, n: int, exclude: set | None = None, tries_per_point: int = 8) -> list[Point]:
-        """Up to n random valid unmeasured points, spread over the design spaces."""
-        exclude = exclude or set()
+        """Up to n random valid unmeasured points, spread over the design spaces not exhausted: an enumerated
+        space gives its next valid unmeasured point in its random order; a large one a uniform draw, at most
+        max(n * tries_per_point, 64) draws in all."""
+        exclude = set(exclude or ())
         out: list[Point] = []
-        for _ in range(n * tries_per_point):
-            if len(out) >= n:
+        live = [s for s in range(len(self.spaces)) if s not in self.exhausted]
+        for _ in range(max(n * tries_per_point, 64)):
+            if len(out) >= n or not live:
                 break
-            s = int(self.rng.integers(len(self.spaces)))
-            point = (s, tuple(int(x) for x in self.spaces[s].random(self.rng)))
-            if point in self.measured or point in exclude or point in out:
-                continue
-            if self._schedule(point) is not None:
-                out.append(point)
+            s = live[int(self.rng.integers(len(live)))]
+            if s in self.orders:
+                point = next(self._unmeasured(s, exclude), None)
+                if point is None:  # nothing left here for this batch
+                    live.remove(s)
+                    continue
+            else:
+                point = (s, tuple(int(x) for x in self.spaces[s].random(self.rng)))
+                if point in self.measured or point in exclude or self._schedule(point) is None:
+                    continue
+            out.append(point)
+            exclude.add(point)
         return out
+
+    def _fill(self, points: list[Point], n: int) -> list[Point]:
+        """A proposal made distinct, unmeasured and valid, cut to n and topped up to n: first with the round's
+        next-best rated points, then with random valid ones; short only when neither finds more."""
+        out = list(dict.fromkeys(p for p in points if p not in self.measured and self._schedule(p) is not None))
+        out = out[:n]
+        if len(out) < n:
+            taken = set(out)
+            rated = sorted((-sc, p) for p, sc in self.scores.items()
+                           if not math.isnan(sc) and p not in self.measured and p not in taken)
+            out += [p for _, p in rated[: n - len(out)]]
+        if len(out) < n:
+            out += self._random_points(n - len(out), exclude=set(out))
+        return out
+
+    def _unmeasured(self, s: int, exclude: set) -> Iterator[Point]:
+        """The valid unmeasured points of enumerated space s in its random order, decoding each on first sight."""
+        for vec in self.orders[s]:
+            point = (s, vec)
+            if point not in self.measured and point not in exclude and self._schedule(point) is not None:
+                yield point
+
+    def _note_exhausted(self) -> None:
+        """Mark the enumerated spaces whose valid points are all measured."""
+        for s in self.orders:
+            if s not in self.exhausted and next(self._unmeasured(s, set()), None) is None:
+                self.exhausted.add(s)
+
+    def _end(self) -> None:
+        """No valid unmeasured point is left (or none was found): say why, and end the task."""
+        self.done = True
+        name = self.context.task_name
+        if not self.measured and self.stats["evaluations"] == self.stats["invalid"]:
+            errors = {sp.last_error for sp in self.spaces if sp.last_error}
+            logger.warning("%s: none of %d schedules tried decodes, ending the task (%s)", name,
+                           self.stats["evaluations"], "; ".join(sorted(errors)) or "no reason given")
+        else:
+            logger.info("%s: no valid unmeasured schedule left after %d trials (%d decoded, %d invalid): ending "
+                        "the task", name, self.trials, self.stats["evaluations"], self.stats["invalid"])
 
     def _schedule(self, point: Point) -> Any:
         """The point's decoded schedule (None: invalid), decoding and counting it on first sight."""
@@ -208,81 +283,77 @@ def _mean_seconds(result: Any) -> float:
 class PPOSearch(KnobSearch):
     """CHAMELEON's search: PPO walks over the knob space rated by the cost model, then adaptive sampling.
 
-    Each round, `config.walks` walks start half from the best measured points and half from random valid
-    ones, and move every knob at once (decrease / keep / increase) under the agent's policy; the agent is
-    updated with PPO on the round's walks. Of the unmeasured valid points the walks rated, `adaptive=True`
-    measures one best-rated representative per k-means cluster (k at the knee of the inertia curve, so a
-    round may measure fewer than asked when the landscape is simple) plus a small random share;
-    `adaptive=False` measures the top-rated ones. The agent is shared by every clone of the strategy, so a
-    multi-task run trains one agent across tasks and a given agent carries over between runs.
+    Each round, `config.walks` walks (split over the design spaces with unmeasured points left) start half
+    from the best measured points and half from random valid ones, and move under the agent's policy, which
+    PPO updates on the walks. Of the unmeasured valid points the walks rated, `adaptive=True` clusters the
+    best-rated ones (`selection.cluster_top`: k-means on the normalised knob vectors, k at the knee, at least
+    `min_batch_fraction` of the batch) and measures the best of each cluster, then the next best by score, plus
+    a small random share; `adaptive=False` measures the top-rated ones (`selection.top_k`). The agent is shared
+    by every clone of the strategy, so a multi-task run trains one agent across tasks and a given agent carries
+    over between runs.
     """
 
     def __init__(self, agent: PPOAgent | None = None, config: PPOConfig | None = None, adaptive: bool = True,
                  min_batch_fraction: float = 0.5, seed: int = 0, explore_fraction: float = 0.05,
-                 init_random: int | None = None, log: list[dict] | None = None) -> None:
-        super().__init__(seed, explore_fraction, init_random, log)
+                 init_random: int | None = None, log: list[dict] | None = None, enumerate_limit: int = 4096,
+                 learn: bool = True, walk: WalkSettings | None = None) -> None:
+        super().__init__(seed, explore_fraction, init_random, log, enumerate_limit)
         self.agent = agent or PPOAgent(config or PPOConfig(seed=seed))
         self.adaptive, self.min_batch_fraction = adaptive, min_batch_fraction
-        self.history: list[dict[str, float]] = []
+        self.learn = learn
+        self.walk = walk or WalkSettings()
+        self.history: list[dict[str, float]] = []  # every PPO update's diagnostics, this strategy's
+        self.moves: dict[int, MoveSpace] = {}  # the agent's action units, per design space
+        self.last_rated: dict[Point, float] = {}
 
     def propose(self, n: int) -> list[Point]:
-        cfg = self.agent.config
-        walks_per_space = max(1, cfg.walks // len(self.spaces))
-        budget = max(1, cfg.max_evaluations // len(self.spaces))
-        elite = self.best_measured(max(1, walks_per_space // 2))
-        rated: dict[Point, float] = {}
-        for s, space in enumerate(self.spaces):
-            mine = [np.array(p[1]) for p in elite if p[0] == s]
-            starts = [mine[i % len(mine)] for i in range(walks_per_space // 2)] if mine else []
-            fresh = (self._random_valid(s) for _ in range(walks_per_space - len(starts)))
-            starts += [vec for vec in fresh if vec is not None]
-            if not starts:
-                continue
-            starts = np.stack(starts)
-            walk = self.agent.explore(space, starts, self.evaluate(s, starts), lambda v, s=s: self.evaluate(s, v),
-                                      self.rng, max_evaluations=budget)
-            rated.update({(s, v): score for v, score in walk.scores.items()})
-        stats = self.agent.update(self.rng)
-        self.history.append(stats)
+        live = [s for s in range(len(self.spaces)) if s not in self.exhausted]
+        if not live:
+            return []
+        settings = WalkSettings(**{**self.walk.__dict__, "learn": self.learn})
+        rated, record = walk_round(self, self.agent, live, self._moves, n, settings)
+        self.last_rated = rated  # the finalists' exact ratings, for offline comparisons of walkers
+        self.history.extend(record["updates"])
+        self.round_record = _summary(record)
         pool = [(p, sc) for p, sc in rated.items() if p not in self.measured]
         if not pool:
             return []
-        if not self.adaptive:
-            pool.sort(key=lambda x: -x[1])
-            n_top = n - int(round(n * self.explore_fraction))
-            top = [p for p, _ in pool[:n_top]]
-            rest = [p for p, _ in pool[n_top:]]
-            picks = self.rng.choice(len(rest), size=min(n - len(top), len(rest)), replace=False) if rest else []
-            return top + [rest[i] for i in picks]
         features = np.stack([self._features(p) for p, _ in pool])
-        chosen = adaptive_sample(features, np.array([sc for _, sc in pool]), n, self.rng,
-                                 explore_frac=self.explore_fraction,
-                                 k_min=int(math.ceil(n * self.min_batch_fraction)))
+        chosen = select(features, np.array([sc for _, sc in pool]), n, self.rng, adaptive=self.adaptive,
+                        explore_fraction=self.explore_fraction, k_min=int(math.ceil(n * self.min_batch_fraction)))
         return [pool[i][0] for i in chosen]
 
-    def _random_valid(self, s: int, tries: int = 8) -> np.ndarray | None:
-        """A random vector of space s that decodes (rated on the way), or None after `tries` invalid draws."""
-        for _ in range(tries):
-            vec = self.spaces[s].random(self.rng)
-            if not np.isnan(self.evaluate(s, vec[None])[0]):
-                return vec
-        return None
+    def _moves(self, s: int) -> MoveSpace:
+        """Space s's action units (made again when pre_tuning made new spaces)."""
+        moves = self.moves.get(s)
+        if moves is None or moves.space is not self.spaces[s]:
+            moves = self.moves[s] = MoveSpace(self.spaces[s])
+        return moves
 
     def _features(self, point: Point) -> np.ndarray:
-        """A point as clustering sees it: its normalised knob vector, with the space index as one more axis
-        (so points of different design spaces never share a cluster)."""
+        """A point as clustering sees it: its normalised knob vector, zero-padded to the largest space's length.
+        No design-space axis: which space a point comes from must not buy it a seat in the batch."""
         s, vec = point
         space = self.spaces[s]
-        k_max = max(sp.size for sp in self.spaces)
-        out = np.zeros(k_max + 1)
-        out[: space.size] = space.normalised(np.array(vec))
-        out[-1] = 10.0 * s
+        out = np.zeros(max(sp.size for sp in self.spaces))
+        out[: space.size] = space.normalised(np.array(vec, dtype=np.int64))
         return out
 
     def clone(self) -> "PPOSearch":
         return PPOSearch(agent=self.agent, adaptive=self.adaptive, min_batch_fraction=self.min_batch_fraction,
                          seed=self.seed, explore_fraction=self.explore_fraction, init_random=self.init_random,
-                         log=self.log)
+                         log=self.log, enumerate_limit=self.enumerate_limit, learn=self.learn, walk=self.walk)
+
+
+def _summary(record: dict[str, Any]) -> dict[str, Any]:
+    """A walk round's record as the log line keeps it: counts, seconds, draft agreement, and the mean of each PPO
+    diagnostic over the round's updates (entropy, approx_kl, clipfrac, explained variance, losses)."""
+    out = {k: v for k, v in record.items() if k != "updates"}
+    out["ppo_updates"] = len(record["updates"])
+    for key in ("entropy", "approx_kl", "clipfrac", "explained_variance", "policy_loss", "value_loss"):
+        values = [u[key] for u in record["updates"] if key in u and np.isfinite(u[key])]
+        out[key] = float(np.mean(values)) if values else None
+    return out
 
 
 __all__ = ["KnobSearch", "PPOSearch"]
