@@ -3,10 +3,13 @@
     tvm-rl corpus build --tophub --zoo --out logs/corpus/llvm                 # rerun to resume
     tvm-rl corpus train --corpus logs/corpus/llvm                             # -> logs/corpus/llvm/cost_model.npz
     tvm-rl corpus evaluate --corpus logs/corpus/llvm                          # -> logs/pretrained_eval_llvm.json
+    tvm-rl corpus train-policy --corpus logs/corpus/llvm                      # -> logs/corpus/llvm/policy.pt
+    tvm-rl corpus compare-policy --corpus logs/corpus/llvm --heldout NAME ... # offline: policy vs untrained walks
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -17,6 +20,7 @@ EXAMPLES = """examples:
   tvm-rl corpus train --corpus logs/corpus/llvm
   tvm-rl corpus evaluate --corpus logs/corpus/llvm --ks 8 16 32
   tvm-rl tune --model resnet18 --strategy evolutionary --cost-model logs/corpus/llvm/cost_model.npz
+  tvm-rl corpus train-policy --corpus logs/corpus/llvm --exclude 'mobilenet_v2-*'
 """
 
 
@@ -79,11 +83,36 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl corpus") -> int:
     evaluate.add_argument("--max-rounds", type=int, default=None, help="cap on boosting rounds (default 2000)")
     evaluate.add_argument("--no-cache", action="store_true", help="extract features again")
 
+    policy = sub.add_parser("train-policy", help="pre-train the tuner's agent offline: walks on the corpus's "
+                            "workloads rated by the pre-trained cost model, no measurement")
+    policy.add_argument("--corpus", required=True, help="a corpus folder `tvm-rl corpus build` wrote")
+    policy.add_argument("--model", default=None, help="pre-trained cost model (default <corpus>/cost_model.npz)")
+    policy.add_argument("--out", default=None, help="policy file (default <corpus>/policy.pt)")
+    policy.add_argument("--rounds", type=int, default=2, help="walk rounds per workload and epoch (default 2)")
+    policy.add_argument("--epochs", type=int, default=1, help="passes over the workloads (default 1)")
+    policy.add_argument("--batch", type=int, default=16, help="batch size the rounds pick finalists for (16)")
+    policy.add_argument("--exclude", nargs="*", default=[], metavar="PATTERN", help="leave out these workloads")
+    policy.add_argument("--seed", type=int, default=0)
+
+    compare = sub.add_parser("compare-policy", help="offline: a policy's walks against an untrained agent's on "
+                             "held-out workloads, by the pre-trained cost model's ratings of their finalists")
+    compare.add_argument("--corpus", required=True, help="a corpus folder `tvm-rl corpus build` wrote")
+    compare.add_argument("--model", default=None, help="pre-trained cost model (default <corpus>/cost_model.npz)")
+    compare.add_argument("--policy", default=None, help="policy file (default <corpus>/policy.pt)")
+    compare.add_argument("--heldout", nargs="+", required=True, help="workloads to compare on")
+    compare.add_argument("--seeds", type=int, default=3, help="seeds per workload (default 3)")
+    compare.add_argument("--batch", type=int, default=16)
+    compare.add_argument("--out", default=None, help="JSON file (default logs/policy_compare_<target kind>.json)")
+
     args = ap.parse_args(argv)
     if args.action == "build":
         return _build(args, build)
     if args.action == "train":
         return _train(args)
+    if args.action == "train-policy":
+        return _train_policy(args)
+    if args.action == "compare-policy":
+        return _compare_policy(args)
     return _evaluate(args)
 
 
@@ -174,6 +203,47 @@ def _evaluate(args: argparse.Namespace) -> int:
     print()
     print(format_table(result))
     print(f"\n{result['workloads']} workloads, {result['records']} schedules; {result['seconds']:.0f} s. -> {path}")
+    return 0
+
+
+def _train_policy(args: argparse.Namespace) -> int:
+    from .agent import PPOConfig
+    from .policy_pretrain import pretrain_policy
+
+    model = Path(args.model) if args.model else Path(args.corpus) / "cost_model.npz"
+    out = Path(args.out) if args.out else Path(args.corpus) / "policy.pt"
+    result = pretrain_policy(args.corpus, model, out, args.rounds, args.epochs, args.batch, args.exclude, args.seed,
+                             PPOConfig(seed=args.seed), write=lambda line: print(line, flush=True))
+    log = out.with_suffix(".json")
+    log.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{result['updates']} PPO updates on {len(result['workloads'])} workloads in {result['seconds']:.0f} s "
+          f"-> {out} (log: {log})")
+    print(f"use it: PPOSearch(agent=PPOAgent.load('{out}')), or benchmarks/tuner.py --policy {out}")
+    return 0
+
+
+def _compare_policy(args: argparse.Namespace) -> int:
+    from .agent import PPOAgent, PPOConfig
+    from .corpus import Corpus
+    from .policy_pretrain import compare_walkers, select_workloads
+
+    corpus = Corpus(args.corpus)
+    model = Path(args.model) if args.model else corpus.path / "cost_model.npz"
+    policy = Path(args.policy) if args.policy else corpus.path / "policy.pt"
+    names = select_workloads(corpus, only=args.heldout)
+    trained = PPOAgent.load(str(policy))
+    walkers = {"policy": trained, "untrained": PPOAgent(PPOConfig(**{**trained.config.__dict__}))}
+    rows = compare_walkers(corpus, model, walkers, names, args.batch, range(args.seeds),
+                           write=lambda line: print(line, flush=True))
+    ratio = [p["top_mean"] - u["top_mean"] for p, u in zip(rows[::2], rows[1::2])
+             if p["top_mean"] is not None and u["top_mean"] is not None]
+    wins = sum(r > 0 for r in ratio)
+    print(f"policy's top-{args.batch} mean rating above the untrained agent's in {wins} of {len(ratio)} runs "
+          f"(mean difference {sum(ratio) / max(len(ratio), 1):+.4f}, by the cost model: not a measurement)")
+    out = Path(args.out or f"logs/policy_compare_{corpus.target().kind.name}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"policy": str(policy), "model": str(model), "rows": rows}, indent=1) + "\n")
+    print(f"-> {out}")
     return 0
 
 
