@@ -13,7 +13,6 @@ appended to the JSON after each run, and a rerun skips finished runs and reuses 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import math
 import os
@@ -41,7 +40,8 @@ TASKS = ["conv2d_n1_c256_h28_w28_o256_k1_s1_p0", "conv2d_n1_c256_h7_w7_o512_k3_s
          "batch_matmul_b1_m128_n768_k768"]
 QUICK_TASKS = ["depthwise_conv2d_n1_c24_h112_w112_o24_k3_s2_p1", "batch_matmul_b12_m128_n128_k64",
                "conv2d_n1_c256_h28_w28_o256_k1_s1_p0"]
-ARMS = ["evolutionary", "evolutionary-pretrained", "ppo", "ppo-pretrained", "random-walk", "ppo-topk", "random"]
+ARMS = ["evolutionary", "evolutionary-pretrained", "ppo", "ppo-pretrained-model", "ppo-pretrained", "random-walk",
+        "ppo-topk", "random"]
 EXTRA_ARMS = ["annealing"]
 
 
@@ -99,6 +99,9 @@ def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]
     skipped = {}
     if args.cost_model_file:
         arms.append(Arm("evolutionary-pretrained", evolutionary, pretrained, False))
+        # The untrained agent with the pre-trained model: what "ppo-pretrained" gains over it is the policy's.
+        arms.append(Arm("ppo-pretrained-model", lambda seed: PPOSearch(config=config(seed), seed=seed), pretrained,
+                        True))
     else:
         skipped["evolutionary-pretrained"] = "no --cost-model-file (a model from `tvm-rl corpus train`)"
     if args.policy:
@@ -106,11 +109,7 @@ def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]
                         pretrained, True))
     else:
         skipped["ppo-pretrained"] = "no --policy (a tuner agent saved with PPOAgent.save)"
-    if "learn" in inspect.signature(PPOSearch.__init__).parameters:
-        arms.append(Arm("random-walk", lambda seed: PPOSearch(config=config(seed), seed=seed, learn=False), xgb,
-                        True))
-    else:
-        skipped["random-walk"] = "this PPOSearch has no `learn` argument (walks without PPO updates) yet"
+    arms.append(Arm("random-walk", lambda seed: PPOSearch(config=config(seed), seed=seed, learn=False), xgb, True))
     return {a.name: a for a in arms}, skipped
 
 
@@ -229,7 +228,8 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--cost-model-file", default=None, help="pre-trained cost model for the *-pretrained arms")
     p.add_argument("--policy", default=None, help="saved PPOAgent for the ppo-pretrained arm")
     p.add_argument("--walks", type=int, default=None, help="PPO walks per round (default: PPOConfig's)")
-    p.add_argument("--evaluations", type=int, default=None, help="points PPO / annealing rate per round")
+    p.add_argument("--evaluations", type=int, default=None,
+                   help="per round: PPO's draft-model ratings per space, annealing's cost-model ratings")
     p.add_argument("--repeat", type=int, default=7, help="timings per candidate (the median is used)")
     p.add_argument("--number", type=int, default=1, help="calls per timing")
     p.add_argument("--no-cache-flush", action="store_true", help="time with warm caches")

@@ -34,9 +34,10 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--walks", type=int, default=None,
-                    help="ppo: walks per round, annealing: chains (default 128); less is a cheaper round")
+                    help="ppo: walks per round (default 64), annealing: chains (default 128)")
     ap.add_argument("--evaluations", type=int, default=None,
-                    help="ppo, annealing: points the cost model rates per round (default 512)")
+                    help="per round: ppo's draft-model ratings per design space (default 20000), annealing's "
+                         "cost-model ratings (default 512)")
     ap.add_argument("--cost-model", default=None, metavar="MODEL",
                     help="xgb, random, xgb-pretrained (the model shipped for the target kind), or a pre-trained "
                          "model file (`tvm-rl corpus train`; docs/tuner_corpus.md); default MetaSchedule's XGBModel")
