@@ -1,25 +1,10 @@
 """The PPO agent: walks stay in range, every action gives a valid schedule or a reported rejection, and the
 policy learns from the reward (on a synthetic score, so the test needs no cost model)."""
-from pathlib import Path
 
 import numpy as np
-import pytest
 
-from tvm_rl import measure
-from tvm_rl.tune import knobs, tophub
 from tvm_rl.tune.agent import TOKEN_FEATURES, PPOAgent, PPOConfig, observe
 from tvm_rl.tune.moves import MoveSpace
-
-TOPHUB = Path(__file__).resolve().parents[3] / "shared" / "tophub"
-
-
-@pytest.fixture(scope="module")
-def space():
-    if not TOPHUB.is_dir():
-        pytest.skip(f"no TopHub logs at {TOPHUB}")
-    task = tophub.load_tasks(TOPHUB, ops=["conv2d"], shape_filter=lambda t: t.flops < 2e7, max_tasks=1)[0]
-    ctx = knobs.make_context(task.mod(), measure.host_cpu_target(), task.name, seed=0)
-    return knobs.knob_spaces(ctx)[0]
 
 
 def test_observation_shapes_and_ranges(space):

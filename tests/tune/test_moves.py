@@ -1,26 +1,13 @@
 """Action units and their moves: a tile move shifts one prime factor between adjacent levels, every tiling is
 reachable, the knob's limits hold, and the cheap views (tokens, draft features) say what the vector is."""
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tvm_rl import measure
-from tvm_rl.tune import knobs, tophub
+from tvm_rl.tune import knobs
 from tvm_rl.tune.draft import DraftModel
 from tvm_rl.tune.moves import DECREASE, INCREASE, KEEP, UNIT_FEATURES, MoveSpace, _primes
-
-TOPHUB = Path(__file__).resolve().parents[3] / "shared" / "tophub"
-
-
-@pytest.fixture(scope="module")
-def space():
-    if not TOPHUB.is_dir():
-        pytest.skip(f"no TopHub logs at {TOPHUB}")
-    task = tophub.load_tasks(TOPHUB, ops=["conv2d"], shape_filter=lambda t: t.flops < 2e7, max_tasks=1)[0]
-    ctx = knobs.make_context(task.mod(), measure.host_cpu_target(), task.name, seed=0)
-    return knobs.knob_spaces(ctx)[0]
 
 
 def test_primes():
