@@ -13,6 +13,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm_rl.errors import TvmRlError
 from tvm_rl.tune import cost_model
 from tvm_rl.tune import pretrained as P
+from tvm_rl.tune import pretrained_eval as E
 from tvm_rl.tune.corpus_command import main as corpus_main
 
 FAST = P.TrainConfig(max_rounds=40, early_stopping=10)
@@ -48,14 +49,14 @@ def test_targets_are_normalised_per_workload():
 
 def test_rank_metrics():
     seconds = np.array([1.0, 2.0, 3.0, 4.0, 1e10])
-    perfect = P.rank_metrics(-seconds, seconds, top=2)
+    perfect = E.rank_metrics(-seconds, seconds, top=2)
     assert perfect == {"n": 4, "spearman": 1.0, "top2_has_best": True, "top2_ratio": 1.0}
-    backwards = P.rank_metrics(seconds, seconds, top=2)
+    backwards = E.rank_metrics(seconds, seconds, top=2)
     assert backwards["spearman"] == -1.0 and backwards["top2_has_best"] is False and backwards["top2_ratio"] == 3.0
     # A constant prediction ranks nothing, and its ties are broken against it.
-    flat = P.rank_metrics(np.zeros(5), seconds, top=2)
+    flat = E.rank_metrics(np.zeros(5), seconds, top=2)
     assert flat["spearman"] == 0.0 and flat["top2_has_best"] is False
-    assert P.rank_metrics(np.zeros(3), np.ones(3), top=8)["top8_ratio"] is None  # too few to rank a top 8
+    assert E.rank_metrics(np.zeros(3), np.ones(3), top=8)["top8_ratio"] is None  # too few to rank a top 8
 
 
 def test_save_load_round_trip_gives_identical_predictions(tmp_path):
@@ -121,9 +122,22 @@ def test_refining_adds_trees_to_a_copy():
     assert P.refine(base, [data[0].subset([23])], FAST) is base  # only a failure: nothing to fit
 
 
+@pytest.mark.parametrize("first", ["pretrained", "pretrained_eval"])
+def test_evaluation_names_stay_importable_from_pretrained(first):
+    # A fresh interpreter: the two modules import each other, and either may be imported first.
+    names = "evaluate, evaluate_corpus, format_table, rank_metrics, summarize"
+    code = (f"import tvm_rl.tune.{first}; from tvm_rl.tune.pretrained import {names}; "
+            "from tvm_rl.tune import pretrained_eval as E; "
+            f"assert [{names}] == [E.{', E.'.join(names.split(', '))}]; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    with pytest.raises(AttributeError, match="no_such_name"):
+        P.no_such_name  # noqa: B018
+
+
 def test_leave_one_workload_out_gives_a_row_per_workload():
     data = synthetic(n_workloads=4)
-    result = P.evaluate(data, ks=(4, 8), top=4, config=FAST)
+    result = E.evaluate(data, ks=(4, 8), top=4, config=FAST)
     assert [r["workload"] for r in result["rows"]] == ["w0", "w1", "w2", "w3"]
     row = result["rows"][0]
     assert row["trained_on"] == 3 and row["records"] == 24 and row["valid"] == 23
@@ -132,12 +146,12 @@ def test_leave_one_workload_out_gives_a_row_per_workload():
     assert {"pretrained (all records)", "k=4 cold", "k=8 refined"} <= set(result["summary"])
     # The hidden rule is shared, so the model trained on the other workloads ranks the held-out one.
     assert result["summary"]["pretrained (all records)"]["spearman_mean"] > 0.3
-    text = P.format_table(result)
+    text = E.format_table(result)
     assert "w3" in text and "k=8 refined" in text
-    folds = P.evaluate(data, ks=(8,), top=4, config=FAST, folds=2, heldout=["w1", "w2"])
+    folds = E.evaluate(data, ks=(8,), top=4, config=FAST, folds=2, heldout=["w1", "w2"])
     assert [r["workload"] for r in folds["rows"]] == ["w1", "w2"] and folds["rows"][0]["trained_on"] == 2
     with pytest.raises(TvmRlError, match="at least 2 workloads"):
-        P.evaluate(data[:1])
+        E.evaluate(data[:1])
 
 
 def test_train_on_a_corpus_and_use_it_in_metaschedule(tmp_path, corpus, cpu):

@@ -195,7 +195,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from .pretrained import evaluate_corpus, format_table
+    from .pretrained_eval import evaluate_corpus, format_table
 
     result, path = evaluate_corpus(args.corpus, args.out, args.ks, args.top, _config(args), args.folds,
                                    args.heldout, _names(args.corpus, args.exclude), cache=not args.no_cache,
