@@ -1,0 +1,134 @@
+"""The end-to-end tuner benchmark (tvm_rl/tune/e2e.py): its pure helpers, and one small run end to end."""
+import json
+from pathlib import Path
+
+import pytest
+
+from tvm_rl.tune import e2e
+
+
+def test_default_arms_add_the_pretrained_ones_only_with_a_cost_model():
+    assert e2e.resolve_arms(None, None) == ["ppo", "evolutionary"]
+    assert e2e.resolve_arms(None, "xgb-pretrained") == ["ppo", "evolutionary", "evolutionary-pretrained",
+                                                        "ppo-pretrained-model"]
+    assert e2e.resolve_arms(["evolutionary", "ppo", "evolutionary"], None) == ["evolutionary", "ppo"]
+
+
+def test_unknown_arms_and_pretrained_arms_without_a_model_are_refused():
+    with pytest.raises(SystemExit, match="unknown arm.*bogus"):
+        e2e.resolve_arms(["ppo", "bogus"], None)
+    with pytest.raises(SystemExit, match="ppo-pretrained-model.*--cost-model"):
+        e2e.resolve_arms(["ppo-pretrained-model"], None)
+
+
+def test_every_run_gets_its_own_folder_and_key():
+    combos = [(arm, n, seed) for arm in ("ppo", "evolutionary") for n in (32, 64) for seed in (0, 1)]
+    folders = {e2e.run_dir(Path("w"), "llvm", "full", "bert", *c) for c in combos}
+    keys = {e2e.variant_key(*c) for c in combos}
+    assert len(folders) == len(keys) == len(combos)
+    assert e2e.run_dir(Path("w"), "llvm", "tiny", "bert", "ppo", 32, 0) != \
+        e2e.run_dir(Path("w"), "llvm", "full", "bert", "ppo", 32, 0)
+
+
+def test_default_out_keeps_check_runs_apart_from_the_real_one():
+    assert e2e.default_out("llvm", "full") == Path("logs/tuner_e2e_llvm.json")
+    assert e2e.default_out("cuda", "tiny") == Path("logs/tuner_e2e_cuda_tiny.json")
+
+
+def test_interleave_runs_round_robin_takes_the_median_and_drops_timers_that_cannot_time():
+    calls = []
+
+    def timer(name, values):
+        seq = iter(values)
+
+        def run():
+            calls.append(name)
+            return next(seq)
+        return run
+
+    out = e2e.interleave({"a": timer("a", [3.0, 1.0, 2.0]), "b": timer("b", [5.0, 9.0, 7.0]),
+                          "ort": timer("ort", [None])}, passes=3)
+    assert calls == ["a", "b", "ort", "a", "b", "a", "b"]
+    assert out["a"] == {"ms": 2.0, "passes_ms": [3.0, 1.0, 2.0]}
+    assert out["b"]["ms"] == 7.0
+    assert out["ort"] == {"ms": None, "passes_ms": []}
+
+
+def entry():
+    run = {"arm": "ppo", "trials": 32, "seed": 0, "label": "ppo", "tuning_s": 120.0, "measurements": 640}
+    variants = {"TVM default": {"ms": 10.0}, "ppo/N32/s0": {"ms": 4.0, "correct": True},
+                "PyTorch": {"ms": 6.0}, "ORT": {"ms": None}}
+    return {"runs": {"ppo/N32/s0": run}, "timing": {"variants": variants, "passes": 5, "seconds": 42.0}}
+
+
+def test_table_rows_give_speedups_over_default_pytorch_and_ort():
+    rows = {r["variant"]: r for r in e2e.table_rows(entry())}
+    assert list(rows) == ["TVM default", "ppo", "PyTorch", "ORT"]
+    ppo = rows["ppo"]
+    assert ppo["speedup"] == pytest.approx(2.5) and ppo["vs_torch"] == pytest.approx(1.5)
+    assert ppo["vs_ort"] is None and ppo["measurements"] == 640 and ppo["trials"] == 32
+    assert rows["PyTorch"]["speedup"] == pytest.approx(10 / 6) and rows["PyTorch"]["vs_torch"] is None
+    assert rows["ORT"]["ms"] is None and rows["ORT"]["speedup"] is None
+
+
+def test_format_table_prints_every_variant_and_the_cost():
+    text = e2e.format_table("bert", entry(), {"size": "full", "target_name": "llvm"})
+    lines = text.splitlines()
+    ppo = next(line for line in lines if line.startswith("ppo"))
+    assert ppo.split() == ["ppo", "32", "4.000", "2.50x", "120", "640", "1.50x", "-"]
+    assert any(line.startswith("ORT") for line in lines)
+    assert lines[-1] == "cost: tuning 120 s, timing 42 s"
+    bad = entry()
+    bad["timing"]["variants"]["ppo/N32/s0"]["correct"] = False
+    assert "WRONG OUTPUT" in e2e.format_table("bert", bad, {"size": "full", "target_name": "llvm"})
+
+
+def test_load_state_refuses_to_mix_settings(tmp_path):
+    settings = {"target": "llvm", "size": "tiny", "op_filter": None, "trials_per_iter": 8, "cost_model": None,
+                "threads": 2}
+    out = tmp_path / "e2e.json"
+    assert e2e.load_state(out, settings)["models"] == {}
+    out.write_text(json.dumps({"settings": settings, "models": {"bert": {"runs": {}}}}))
+    assert "bert" in e2e.load_state(out, {**settings, "threads": 4})["models"]
+    with pytest.raises(SystemExit, match="size"):
+        e2e.load_state(out, {**settings, "size": "full"})
+
+
+def test_bad_budgets_are_refused_before_any_work(tmp_path):
+    with pytest.raises(SystemExit, match="at least 1"):
+        e2e.main(["--trials", "0", "--out", str(tmp_path / "x.json"), "--work-dir", str(tmp_path)])
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.slow
+def test_end_to_end_tiny_resnet18_and_a_rerun_that_tunes_nothing(tmp_path, capsys):
+    out, work = tmp_path / "e2e.json", tmp_path / "work"
+    # Two kernels (conv2d1, conv2d10) keep evolutionary search's first rounds inside the time limit.
+    argv = ["--size", "tiny", "--models", "resnet18", "--trials", "2", "--arms", "ppo", "evolutionary",
+            "--op-filter", "conv2d1", "--passes", "2", "--budget-s", "2", "--work-dir", str(work), "--out", str(out)]
+    assert e2e.main(argv) == 0
+    first = capsys.readouterr().out
+    assert "trials, best" in first  # the tuning progress lines the rerun must not print
+    state = json.loads(out.read_text())
+    model = state["models"]["resnet18"]
+    assert set(model["runs"]) == {"ppo/N2/s0", "evolutionary/N2/s0"}
+    for key, run in model["runs"].items():
+        assert Path(run["work_dir"]).is_dir() and run["sittings"] == 1 and run["tuning_s"] > 0
+        assert 1 <= run["tuned_kernels"] < run["kernels"]
+        assert run["measurements"] == 2 * run["tuned_kernels"]
+        timed = model["timing"]["variants"][key]
+        assert timed["correct"] is True and timed["ms"] > 0 and len(timed["passes_ms"]) == 2
+    variants = model["timing"]["variants"]
+    assert all(variants[k]["ms"] > 0 for k in ("TVM default", "PyTorch", "ORT"))
+    assert state["cost"]["tuning_s"] > 0 and state["cost"]["timing_s"] > 0
+    rows = [line.split()[0] for line in first.splitlines() if line.split() and line.split()[0] in
+            ("TVM", "ppo", "evolutionary", "PyTorch", "ORT")]
+    assert rows == ["TVM", "ppo", "evolutionary", "PyTorch", "ORT"]
+    assert out.with_suffix(".png").stat().st_size > 0
+
+    assert e2e.main(argv) == 0
+    second = capsys.readouterr().out
+    again = json.loads(out.read_text())["models"]["resnet18"]
+    assert "trials, best" not in second and "nothing new tuned" in second
+    assert again["runs"] == model["runs"]
+    assert again["timing"] == model["timing"]

@@ -1,0 +1,327 @@
+"""End to end: every kernel of a zoo model tuned by each search arm at N trials per kernel, then the whole model
+built with that arm's database and timed beside TVM's default build, PyTorch eager and ONNX Runtime.
+
+Each (model, arm, N, seed) tunes into its own database folder (`tune_model`, batches of 8 as `tvm-rl optimize`
+tunes; the graph pass is left out, so the arms differ in kernel tuning alone). A rerun reuses those folders:
+kernels already tuned are skipped, and a run's entry in the JSON, written after every tuning run, adds up the
+tuning seconds of all its sittings. At the end of each model all its builds are checked against the PyTorch
+reference and timed round-robin (every variant once per pass, several passes, median over passes), so that they
+share one machine state.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import bench, measure, models
+from ..database import TuningDatabase
+from ..errors import TargetError, TvmRlError
+from .cost_model import from_spec
+from .tasks import check_local_device, tune_model
+
+MODELS = ["resnet18", "mobilenet_v2", "bert"]
+# arm -> (search strategy, whether it takes the pre-trained cost model of --cost-model)
+ARMS = {"ppo": ("ppo", False), "evolutionary": ("evolutionary", False),
+        "evolutionary-pretrained": ("evolutionary", True), "ppo-pretrained-model": ("ppo", True)}
+TRIALS_PER_ITER = 8  # as `tvm-rl optimize` tunes
+DEFAULT, TORCH, ORT = "TVM default", "PyTorch", "ORT"
+
+
+def resolve_arms(wanted: list[str] | None, cost_model: str | None) -> list[str]:
+    """The arms to run: `wanted`, or by default ppo and evolutionary (and their pre-trained-model variants when a
+    cost model is given); SystemExit naming an unknown arm, or a pre-trained arm without `--cost-model`."""
+    if wanted is None:
+        return [a for a, (_, pre) in ARMS.items() if cost_model or not pre]
+    unknown = [a for a in wanted if a not in ARMS]
+    if unknown:
+        raise SystemExit(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
+    needs = [a for a in wanted if ARMS[a][1]]
+    if needs and not cost_model:
+        raise SystemExit(f"arm(s) {', '.join(needs)} use a pre-trained cost model: give --cost-model FILE "
+                         "or --cost-model xgb-pretrained")
+    return list(dict.fromkeys(wanted))
+
+
+def variant_key(arm: str, trials: int, seed: int) -> str:
+    """The JSON key of one tuned build."""
+    return f"{arm}/N{trials}/s{seed}"
+
+
+def run_dir(work_dir: Path, target_name: str, size: str, model: str, arm: str, trials: int, seed: int) -> Path:
+    """The database folder of one (model, arm, N, seed) run: its own, so arms and budgets never share records."""
+    return Path(work_dir) / target_name / size / model / f"{arm}_n{trials}_s{seed}"
+
+
+def default_out(target_name: str, size: str) -> Path:
+    """logs/tuner_e2e_<target>.json at full size; a smaller size gets its own file (`_<size>`), so a check run
+    never mixes with the real one."""
+    return Path("logs") / f"tuner_e2e_{target_name}{'' if size == 'full' else '_' + size}.json"
+
+
+def interleave(timers: dict[str, Callable[[], float | None]], passes: int) -> dict[str, dict[str, Any]]:
+    """Round-robin timing: each pass calls every timer once, in turn (a timer returns a median in ms, or None
+    when it cannot time, and is then dropped); a variant's latency is the median over its passes."""
+    samples: dict[str, list[float]] = {k: [] for k in timers}
+    live = dict(timers)
+    for _ in range(passes):
+        for key, timer in list(live.items()):
+            ms = timer()
+            if ms is None:
+                del live[key]
+            else:
+                samples[key].append(float(ms))
+    return {k: {"ms": statistics.median(v) if v else None, "passes_ms": [round(x, 4) for x in v]}
+            for k, v in samples.items()}
+
+
+def ratio(num: float | None, den: float | None) -> float | None:
+    """num / den, or None when either is missing."""
+    return num / den if num and den else None
+
+
+def table_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """One model's rows: TVM default, each tuned variant, PyTorch, ORT, with speedups over TVM default and the
+    tuned build's speed relative to PyTorch and ORT (> 1: faster than they are)."""
+    timed = entry.get("timing", {}).get("variants", {})
+    base, ref_torch, ref_ort = (timed.get(k, {}).get("ms") for k in (DEFAULT, TORCH, ORT))
+    rows = []
+    for key in [DEFAULT, *entry.get("runs", {}), TORCH, ORT]:
+        run, t = entry.get("runs", {}).get(key, {}), timed.get(key, {})
+        ms = t.get("ms")
+        rows.append({"variant": run.get("label", key), "trials": run.get("trials"), "ms": ms,
+                     "speedup": ratio(base, ms), "tuning_s": run.get("tuning_s"),
+                     "measurements": run.get("measurements"), "correct": t.get("correct"),
+                     "vs_torch": ratio(ref_torch, ms) if key not in (TORCH, ORT) else None,
+                     "vs_ort": ratio(ref_ort, ms) if key not in (TORCH, ORT) else None})
+    return rows
+
+
+def format_table(name: str, entry: dict[str, Any], settings: dict[str, Any]) -> str:
+    """One model's table, with what it cost underneath."""
+    def f(v, spec=".2f", suffix=""):
+        return "-" if v is None else f"{v:{spec}}{suffix}"
+
+    head = (f"{'variant':<26}{'N':>4}{'latency ms':>12}{'vs default':>12}{'tuning s':>10}{'measured':>10}"
+            f"{'vs PyTorch':>12}{'vs ORT':>9}")
+    lines = [f"\n{name} ({settings['size']}, {settings['target_name']}): median ms over "
+             f"{entry.get('timing', {}).get('passes', '-')} interleaved passes; 'vs' columns are speedups "
+             "(> 1: this build is faster)", head, "-" * len(head)]
+    for r in table_rows(entry):
+        flag = " WRONG OUTPUT" if r["correct"] is False else ""
+        lines.append(f"{r['variant']:<26}{f(r['trials'], 'd'):>4}{f(r['ms'], '.3f'):>12}"
+                     f"{f(r['speedup'], '.2f', 'x'):>12}{f(r['tuning_s'], '.0f'):>10}{f(r['measurements'], 'd'):>10}"
+                     f"{f(r['vs_torch'], '.2f', 'x'):>12}{f(r['vs_ort'], '.2f', 'x'):>9}{flag}")
+    tuning = sum(r.get("tuning_s", 0.0) for r in entry.get("runs", {}).values())
+    lines.append(f"cost: tuning {tuning:.0f} s, timing {entry.get('timing', {}).get('seconds', 0.0):.0f} s")
+    return "\n".join(lines)
+
+
+def _tvm_variant(mod, target, inputs, reference, database, passes: int, budget_s: float) -> tuple[dict, Callable]:
+    """Build, check against `reference` (bench.py's tolerance) and return the record and a per-pass timer."""
+    start = time.perf_counter()
+    try:
+        runner = measure.Runner(measure.build(mod, target, database=database), target)
+    except TvmRlError as err:
+        return {"ms": None, "error": str(err)}, lambda: None
+    build_s = time.perf_counter() - start
+    start = time.perf_counter()
+    check = measure.compare(runner(inputs), reference, rtol=1e-3, atol=bench.tolerance(reference))
+    repeat = bench.repeats_for(time.perf_counter() - start, budget_s / passes)
+    return ({"build_s": round(build_s, 2), "correct": check.ok, "max_abs_err": check.max_abs_err, "repeat": repeat},
+            lambda: runner.time(inputs, warmup=1, repeat=repeat).median_ms)
+
+
+def time_model(model: models.Model, target, databases: dict[str, Any], args, scratch: Path) -> dict[str, Any]:
+    """Build every variant of one model, check the tuned ones, and time all of them (PyTorch and ORT with
+    bench.py's own functions) in interleaved passes."""
+    start = time.perf_counter()
+    gpu = measure.is_gpu(target)
+    reference = model.reference_outputs()
+    records, timers = {}, {}
+    for key, database in {DEFAULT: None, **databases}.items():
+        print(f"[{model.name}] building and checking {key} ...", flush=True)
+        records[key], timers[key] = _tvm_variant(model.mod, target, model.inputs, reference, database, args.passes,
+                                                 args.budget_s)
+        if records[key].get("correct") is False:
+            print(f"[{model.name}] WARNING: {key}'s outputs differ from the reference "
+                  f"(max abs error {records[key]['max_abs_err']:.3g})", flush=True)
+    device = "cuda" if gpu and torch.cuda.is_available() else "cpu"
+    timers[TORCH] = lambda: bench.time_torch(model, device, args.threads)["ms"]
+    timers[ORT] = lambda: bench.time_onnxruntime(model, scratch, gpu, args.threads)["ms"]
+    print(f"[{model.name}] timing {len(timers)} variants round-robin, {args.passes} passes ...", flush=True)
+    timed = interleave(timers, args.passes)
+    for key, rec in timed.items():
+        records.setdefault(key, {}).update(rec)
+    records[TORCH]["device"] = device
+    return {"variants": records, "passes": args.passes, "seconds": round(time.perf_counter() - start, 1)}
+
+
+def plot(state: dict[str, Any], path: Path) -> None:
+    """Bars: latency per variant (tuned runs as their median over seeds) per model, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = list(state["models"])
+    per_model: dict[str, dict[str, float]] = {}
+    for name in names:
+        entry = state["models"][name]
+        groups: dict[str, list[float]] = {}
+        for key, t in entry.get("timing", {}).get("variants", {}).items():
+            run = entry.get("runs", {}).get(key)
+            label = f"{run['arm']} N={run['trials']}" if run else key
+            if t.get("ms"):
+                groups.setdefault(label, []).append(t["ms"])
+        per_model[name] = {k: statistics.median(v) for k, v in groups.items()}
+    labels = list(dict.fromkeys(k for m in per_model.values() for k in m))
+    fig, ax = plt.subplots(figsize=(max(7, 0.25 * len(names) * len(labels) + 3), 4))
+    width = 0.8 / max(1, len(labels))
+    for i, label in enumerate(labels):
+        vals = [per_model[n].get(label, np.nan) for n in names]
+        ax.bar(np.arange(len(names)) + (i - (len(labels) - 1) / 2) * width, vals, width, label=label)
+    ax.set_yscale("log")
+    ax.set_xticks(np.arange(len(names)), names)
+    ax.set_ylabel("median latency (ms, log)")
+    ax.set_title(f"End to end, {state['settings']['target_name']} ({state['settings']['size']})")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _parser(prog: str | None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a JSON target")
+    p.add_argument("--models", nargs="+", default=MODELS, help=f"zoo models (default: {' '.join(MODELS)})")
+    p.add_argument("--size", default="full", choices=models.SIZES)
+    p.add_argument("--trials", type=int, nargs="+", default=[32, 64], help="trials per kernel, N (default 32 64)")
+    p.add_argument("--arms", nargs="+", default=None,
+                   help=f"search arms (default: ppo evolutionary, and the *-pretrained ones with --cost-model; "
+                        f"known: {' '.join(ARMS)})")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per (model, arm, N): 0 .. seeds-1")
+    p.add_argument("--cost-model", default=None, help="pre-trained cost model for the *-pretrained arms: a file, "
+                   "or xgb-pretrained (the one shipped for the target)")
+    p.add_argument("--op-filter", default=None, help="tune only kernels whose task name contains this (a check)")
+    p.add_argument("--passes", type=int, default=5, help="interleaved timing passes over all variants")
+    p.add_argument("--budget-s", type=float, default=20.0, help="seconds of TVM timing per variant, all passes")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for PyTorch and ORT")
+    p.add_argument("--retime", action="store_true", help="time again even when nothing new was tuned")
+    p.add_argument("--work-dir", default="logs/scratch/tuner_e2e", help="the runs' databases")
+    p.add_argument("--out", default=None, help="JSON path (default logs/tuner_e2e_<target>[_<size>].json)")
+    return p
+
+
+def load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """The JSON so far, or a fresh state; SystemExit when it was made with settings that must not be mixed."""
+    if not out.exists():
+        return {"settings": settings, "models": {}, "cost": {}}
+    state = json.loads(out.read_text())
+    fixed = ("target", "size", "op_filter", "trials_per_iter", "cost_model")
+    differ = [k for k in fixed if state.get("settings", {}).get(k) != settings[k]]
+    if differ:
+        raise SystemExit(f"{out} holds results made with other settings ({', '.join(differ)}: "
+                         f"{[state.get('settings', {}).get(k) for k in differ]}, now {[settings[k] for k in differ]}); "
+                         "rerun with the same ones or give another --out")
+    state["settings"].update(settings)
+    return state
+
+
+def _save(out: Path, state: dict[str, Any]) -> None:
+    entries = state["models"].values()
+    tuning = sum(r.get("tuning_s", 0.0) for e in entries for r in e.get("runs", {}).values())
+    state["cost"] = {"tuning_s": round(tuning, 1),
+                     "timing_s": round(sum(e.get("timing", {}).get("seconds", 0.0) for e in entries), 1)}
+    state["date"] = datetime.now(timezone.utc).isoformat()
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(state, indent=1))
+    tmp.replace(out)
+
+
+def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, seed: int, args,
+             previous: dict[str, Any] | None) -> tuple[Any, dict[str, Any], bool]:
+    """Tune one (model, arm, N, seed) into `folder`, resuming; returns its database, its JSON entry (sittings
+    added up) and whether anything was tuned now."""
+    strategy, pretrained = ARMS[arm]
+    cost_model = from_spec(args.cost_model, seed, target.kind.name) if pretrained else None
+    database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials, trials_per_iter=TRIALS_PER_ITER,
+                                  strategy=strategy, seed=seed, op_filter=args.op_filter, cost_model=cost_model)
+    entry = dict(previous or {"arm": arm, "trials": trials, "seed": seed, "work_dir": str(folder), "tuning_s": 0.0,
+                              "sittings": 0, "failures": 0})
+    entry["label"] = arm if args.seeds == 1 else f"{arm} s{seed}"
+    entry.update(kernels=report.tasks, tuned_kernels=len(report.tuned) + len(report.skipped),
+                 measurements=TuningDatabase(folder).record_count())
+    if report.tuned:
+        entry["tuning_s"] = round(entry["tuning_s"] + report.seconds, 1)
+        entry["sittings"] += 1
+        entry["failures"] += sum(report.failures.values())
+    return database, entry, bool(report.tuned)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Tune, build, check and time every (model, arm, N, seed); print the tables, write the JSON and the PNG."""
+    args = _parser(prog).parse_args(argv)
+    arms = resolve_arms(args.arms, args.cost_model)
+    if min(args.trials) < 1 or args.seeds < 1 or args.passes < 1:
+        raise SystemExit("--trials, --seeds and --passes must be at least 1")
+    try:
+        target = measure.parse_target(args.target)
+        check_local_device(target, "local")  # every candidate is measured here: say so before any set-up
+    except TargetError as err:
+        raise SystemExit(str(err)) from None
+    name_of_target = target.kind.name
+    out = Path(args.out) if args.out else default_out(name_of_target, args.size)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(args.work_dir) / "onnx"
+    scratch.mkdir(parents=True, exist_ok=True)
+    settings = {"target": str(target), "target_name": name_of_target, "size": args.size, "op_filter": args.op_filter,
+                "trials_per_iter": TRIALS_PER_ITER, "cost_model": args.cost_model, "threads": args.threads,
+                "passes": args.passes, "machine": f"{platform.machine()} {os.cpu_count()} cores",
+                "torch": torch.__version__,
+                "command": " ".join([prog or "tuner_e2e", *(argv if argv is not None else sys.argv[1:])])}
+    state = load_state(out, settings)
+    for name in args.models:
+        model = models.load(name, args.size)
+        entry = state["models"].setdefault(name, {"runs": {}})
+        databases, tuned_now = {}, False
+        for trials in sorted(set(args.trials)):
+            for arm in arms:
+                for seed in range(args.seeds):
+                    key = variant_key(arm, trials, seed)
+                    folder = run_dir(Path(args.work_dir), name_of_target, args.size, name, arm, trials, seed)
+                    print(f"[{name}] tuning {key} into {folder} ...", flush=True)
+                    databases[key], entry["runs"][key], tuned = tune_run(model, target, folder, arm, trials, seed,
+                                                                         args, entry["runs"].get(key))
+                    tuned_now |= tuned
+                    _save(out, state)
+        # Runs of earlier invocations (other N or arms) are built from their folders and timed with these.
+        for key, run in entry["runs"].items():
+            databases.setdefault(key, run["work_dir"])
+        saved = entry.get("timing", {}).get("variants", {})
+        if tuned_now or args.retime or set(saved) != {DEFAULT, TORCH, ORT, *databases}:
+            entry["timing"] = time_model(model, target, databases, args, scratch)
+            _save(out, state)
+        else:
+            print(f"[{name}] nothing new tuned: timing kept from {out} (--retime to time again)")
+        print(format_table(name, entry, settings), flush=True)
+    plot(state, out.with_suffix(".png"))
+    cost = state["cost"]
+    print(f"\ncost so far: tuning {cost['tuning_s']:.0f} s, timing {cost['timing_s']:.0f} s; "
+          f"wrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+__all__ = ["ARMS", "MODELS", "default_out", "format_table", "interleave", "load_state", "main", "resolve_arms",
+           "run_dir", "table_rows", "tune_run", "variant_key"]
