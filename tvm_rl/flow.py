@@ -110,8 +110,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
     ("cheapest-first", a rule without learning, which the learned policy did not beat); "trained" or a
     checkpoint path runs a learned policy. `cost_model` rates the tuner's candidates, as `tvm-rl tune
-    --cost-model` takes it (None: MetaSchedule's XGBModel; "xgb-pretrained": the model shipped for the target
-    kind; or a model file). Raises MismatchError if the
+    --cost-model` takes it (None: the model shipped for the target kind where there is one, refined on the run's
+    records, else MetaSchedule's XGBModel; "xgb": MetaSchedule's XGBModel; or a model file). Raises MismatchError if the
     optimized module's outputs differ from the source model's by more than rtol/atol (atol relative to the
     largest output)."""
     from .tune import tune_model

@@ -27,8 +27,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     ap.add_argument("--trials", type=int, default=16, help="measured trials per kernel (default 16)")
     ap.add_argument("--strategy", default="ppo", help="search strategy: ppo (default), evolutionary, annealing, ...")
     ap.add_argument("--cost-model", default=None, metavar="MODEL",
-                    help="tuner's cost model: xgb, xgb-pretrained (the model shipped for the target kind), or a "
-                         "model file from `tvm-rl corpus train` (default MetaSchedule's XGBModel)")
+                    help="tuner's cost model: xgb (MetaSchedule's XGBModel), xgb-pretrained (the model shipped for "
+                         "the target kind), or a model file from `tvm-rl corpus train`; default: the shipped model, "
+                         "refined on the run's records, where one is shipped, else xgb")
     ap.add_argument("--no-rewrite", action="store_true", help="skip the graph pass")
     ap.add_argument("--policy", default=None, help="graph pass: what chooses the rewrites, as in tvm-rl rewrite "
                     "(cheapest-first, uniform, cost-softmax, untrained, trained, or a policy checkpoint; default "

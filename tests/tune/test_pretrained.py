@@ -99,15 +99,19 @@ def test_the_shipped_model_is_found_by_target_kind(tmp_path, monkeypatch):
     xgb-pretrained` (`from_spec`) does the same; a path still wins."""
     monkeypatch.setattr(cost_model, "SHIPPED_DIR", tmp_path)
     assert cost_model.shipped_model("llvm") is None
+    assert cost_model.default("llvm") == "xgb" == cost_model.from_spec(None)  # nothing shipped: MetaSchedule's
     with pytest.raises(P.PretrainedModelError, match="no pre-trained cost model is shipped for 'llvm'"):
         cost_model.from_spec("xgb-pretrained")
     P.save_model(P.train(synthetic(), FAST), tmp_path / "cost_model_llvm.npz", {"target_kind": "llvm"})
     assert cost_model.shipped_model("llvm") == tmp_path / "cost_model_llvm.npz"
     assert cost_model.create("xgb-pretrained").path == tmp_path / "cost_model_llvm.npz"
+    assert cost_model.default("llvm").path == tmp_path / "cost_model_llvm.npz"  # shipped: the default
+    assert cost_model.from_spec(None).path == tmp_path / "cost_model_llvm.npz"
+    assert cost_model.default("cuda") == "xgb" and cost_model.from_spec("xgb") == "xgb"
     assert cost_model.from_spec("xgb-pretrained", target_kind="llvm").path == tmp_path / "cost_model_llvm.npz"
     other = P.save_model(P.train(synthetic(seed=1), FAST), tmp_path / "mine.npz", {"target_kind": "llvm"})
     assert cost_model.from_spec(str(other)).path == other
-    assert cost_model.from_spec(None) is None and cost_model.from_spec("random").__class__.__name__ == "RandomModel"
+    assert cost_model.from_spec("random").__class__.__name__ == "RandomModel"
 
 
 def test_refining_adds_trees_to_a_copy():

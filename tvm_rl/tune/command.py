@@ -39,8 +39,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
                     help="per round: ppo's draft-model ratings per design space (default 20000), annealing's "
                          "cost-model ratings (default 512)")
     ap.add_argument("--cost-model", default=None, metavar="MODEL",
-                    help="xgb, random, xgb-pretrained (the model shipped for the target kind), or a pre-trained "
-                         "model file (`tvm-rl corpus train`; docs/tuner_corpus.md); default MetaSchedule's XGBModel")
+                    help="xgb (MetaSchedule's XGBModel), random, xgb-pretrained (the model shipped for the target "
+                         "kind), or a pre-trained model file (`tvm-rl corpus train`; docs/tuner_corpus.md); default: "
+                         "the shipped model, refined on the run's records, where one is shipped, else xgb")
     ap.add_argument("--check-results", action="store_true",
                     help="run each candidate once against the unscheduled kernel first; a wrong one is a failure")
     ap.add_argument("--work-dir", default=None, help="database folder (default logs/tuning/<target kind>)")

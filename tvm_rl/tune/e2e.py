@@ -255,7 +255,9 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
     """Tune one (model, arm, N, seed) into `folder`, resuming; returns its database, its JSON entry (sittings
     added up) and whether anything was tuned now."""
     strategy, pretrained = ARMS[arm]
-    cost_model = from_spec(args.cost_model, seed, target.kind.name) if pretrained else None
+    # The plain arms tune with MetaSchedule's own XGBModel, whatever model tvm-rl ships, so that the pre-trained
+    # arms (what `tvm-rl optimize` runs by default where a model is shipped) are compared with it.
+    cost_model = from_spec(args.cost_model, seed, target.kind.name) if pretrained else "xgb"
     database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials, trials_per_iter=TRIALS_PER_ITER,
                                   strategy=strategy, seed=seed, op_filter=args.op_filter, cost_model=cost_model)
     entry = dict(previous or {"arm": arm, "trials": trials, "seed": seed, "work_dir": str(folder), "tuning_s": 0.0,

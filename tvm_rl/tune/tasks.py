@@ -22,6 +22,7 @@ from ..errors import TargetError, TvmRlError
 from ..interrupt import interruptible
 from ..measure import kernel_stage, parse_target
 from . import search_strategy
+from .cost_model import default as default_cost_model
 from .intrin import preload_tensor_intrinsics
 from .measure_callback import ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
@@ -87,7 +88,7 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
                trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy: ms.SearchStrategy | str | None = None,
                seed: int = 0, op_filter: str | None = None, builder: ms.Builder | None = None,
                runner: ms.Runner | str = "local", verbose: bool = False, check_results: bool = False,
-               cost_model: ms.CostModel | None = None) -> tuple[ms.Database, TuneReport]:
+               cost_model: ms.CostModel | str | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
 
     Kernels are extracted as `measure.build` looks them up, so the database applies to the build; the rest is
@@ -105,7 +106,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                    strategy: ms.SearchStrategy | str | None = None, seed: int = 0, op_filter: str | None = None,
                    builder: ms.Builder | None = None, runner: ms.Runner | str = "local",
                    verbose: bool = False, check_results: bool = False,
-                   cost_model: ms.CostModel | None = None) -> tuple[ms.Database, TuneReport]:
+                   cost_model: ms.CostModel | str | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune (name, TIR module with one PrimFunc, weight) workloads into `work_dir`'s database, each up to
     `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
     interrupted run resumes.
@@ -120,8 +121,9 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     Failed candidates (build errors, crashes, timeouts) are counted in the report and their reasons appended
     to `work_dir/failures.jsonl`; `check_results` also fails candidates whose outputs differ from the
     unscheduled kernel's (`failures.CheckedRunner`). Ctrl-C raises TuningInterrupted, saying how to resume.
-    `cost_model` (e.g. `cost_model.create("xgb-pretrained", path=...)`) replaces MetaSchedule's default XGBModel
-    for every task of the call.
+    `cost_model` rates candidates for every task of the call: by default (None) `cost_model.default(kind)`, the
+    pre-trained model shipped for the target kind refined on the run's records, or MetaSchedule's XGBModel where
+    none is shipped; "xgb" is MetaSchedule's XGBModel; or any MetaSchedule CostModel (`cost_model.create(...)`).
     """
     target = parse_target(target)
     check_local_device(target, runner)
@@ -179,7 +181,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                 max_trials_global=budget * len(group), max_trials_per_task=budget,
                 num_trials_per_iter=min(trials_per_iter, budget), database=database,
                 builder=builder or shared_builder(), runner=runner,
-                cost_model=cost_model if cost_model is not None else "xgb")
+                cost_model=cost_model if cost_model is not None else default_cost_model(target.kind.name))
             report.tuned += [names[i] for i in group]
             report.trials += budget * len(group)
             report.failures += failures.counts()

@@ -47,14 +47,25 @@ def create(name: str = "xgb", seed: int = 0, path: str | os.PathLike | None = No
     raise TvmRlError(f"unknown cost model {name!r}; choose one of {', '.join(NAMES)}")
 
 
-def from_spec(spec: str | None, seed: int = 0, target_kind: str = "llvm") -> ms.CostModel | None:
-    """The cost model a `--cost-model` option names: None (MetaSchedule's default XGBModel), a name of `NAMES`
-    ("xgb-pretrained": the model shipped for `target_kind`), or the path of a pre-trained model file."""
+def default(target_kind: str = "llvm") -> ms.CostModel | str:
+    """What tunes when no cost model is named: the pre-trained model shipped for the target kind, refined online
+    on the run's records (it ranked held-out workloads better than a model trained on their own first 8-32
+    records: docs/tuner_corpus.md), or MetaSchedule's default XGBModel ("xgb") where none is shipped."""
+    path = shipped_model(target_kind)
+    return create("xgb-pretrained", path=path) if path is not None else "xgb"
+
+
+def from_spec(spec: str | None, seed: int = 0, target_kind: str = "llvm") -> ms.CostModel | str:
+    """The cost model a `--cost-model` option names: None (`default`: the shipped model where there is one), "xgb"
+    (MetaSchedule's default XGBModel, as MetaSchedule creates it), another name of `NAMES` ("xgb-pretrained": the
+    model shipped for `target_kind`), or the path of a pre-trained model file."""
     if spec is None:
-        return None
+        return default(target_kind)
+    if spec == "xgb":
+        return "xgb"
     if spec in NAMES:
         return create(spec, seed, target_kind=target_kind)
     return create("xgb-pretrained", seed, path=spec)
 
 
-__all__ = ["NAMES", "SHIPPED_DIR", "create", "from_spec", "shipped_model"]
+__all__ = ["NAMES", "SHIPPED_DIR", "create", "default", "from_spec", "shipped_model"]
