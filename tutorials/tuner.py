@@ -50,7 +50,7 @@ print(f"{name}: {report.measured} measurements in {report.seconds:.0f} s, best {
 
 # 3. The strategies side by side: the benchmark, quick or at full size (resumed from its JSON).
 if args.quick:
-    bench_args = ["--quick", "--tasks", name, "--trials", "8", "--per-iter", "4",
+    bench_args = ["--quick", "--tasks", name, "--trials", "8", "--per-iter", "4", "--seeds", "1",
                   "--strategies", "ppo", "evolutionary", "annealing",
                   "--out", str(out / "tuner_quick.json"), "--work-dir", str(out / "tuner_runs")]
 else:

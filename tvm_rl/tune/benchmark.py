@@ -235,7 +235,9 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--no-cache-flush", action="store_true", help="time with warm caches")
     p.add_argument("--retime-passes", type=int, default=5, help="re-timing passes over every improver")
     p.add_argument("--max-load", type=float, default=None, help="1-min load to wait for (default cores - 0.5)")
-    p.add_argument("--load-wait", type=float, default=600.0, help="seconds to wait for it at most, per run")
+    p.add_argument("--load-wait", type=float, default=None,
+                   help="seconds to wait for it at most, per run (default 600; 0 with --quick: a check only records "
+                        "the load)")
     p.add_argument("--report", action="store_true", help="no new runs: re-time what needs it, print the tables")
     p.add_argument("--quick", action="store_true", help="3 small tasks, 2 seeds, N = 16: a check, not a result")
     p.add_argument("--tophub-dir", default=None)
@@ -273,6 +275,8 @@ def _save(out: Path, state: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run (or resume) the benchmark, re-time, print the tables, write the JSON and the PNG."""
     args = _parser(prog).parse_args(argv)
+    if args.load_wait is None:
+        args.load_wait = 0.0 if args.quick else 600.0
     if args.quick:
         args.trials = args.trials or [16]
         args.seeds = min(args.seeds, 2)
