@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     ap.add_argument("--steps", type=int, default=50,
                     help="rewrites per episode at most (default 50; the time budget usually ends an episode first on "
                          "full-size models)")
-    ap.add_argument("--episodes", type=int, default=4, help="episodes, the first greedy (default 4)")
+    ap.add_argument("--episodes", type=int, default=4, help="episodes (default 4); with cheapest-first or a network "
+                    "the first takes the cheapest candidate / the argmax, the others sample")
     ap.add_argument("--time-budget", type=float, default=10.0, help="search seconds at most (default 10)")
     ap.add_argument("--database", default=None, help="MetaSchedule work dir whose tuned kernels the "
                     "confirmation builds use (on CPU, untuned kernels are naive loops)")
