@@ -173,18 +173,18 @@ def test_an_update_makes_the_positively_advantaged_action_likelier():
 
 
 def test_the_tuner_agent_keeps_each_updates_diagnostics():
-    from tvm_rl.tune.agent import PPOAgent, PPOConfig
+    from tvm_rl.tune.agent import TOKEN_FEATURES, PPOAgent, PPOConfig
 
     agent = PPOAgent(PPOConfig(minibatch=8, epochs=2))
     rng = np.random.default_rng(0)
     w, k = 6, 4
     trajectory = []
     for _ in range(5):
-        tokens = rng.random((w, k, 9), dtype=np.float32)
+        tokens = rng.random((w, k, TOKEN_FEATURES), dtype=np.float32)
         glob = rng.random((w, 3), dtype=np.float32)
         actions, logp, value = agent.act(tokens, glob, rng)
         trajectory.append((tokens, glob, actions, logp, value, rng.standard_normal(w).astype(np.float32)))
-    agent._store(trajectory, np.zeros(w, np.float32), truncated=True)
+    agent._store(trajectory, np.zeros(w, np.float32))
     rewards = np.stack([t[5] for t in trajectory])
     np.testing.assert_allclose(np.concatenate(agent.rollout.advantages),
                                gae(rewards, np.stack([t[4] for t in trajectory]), np.zeros(w, np.float32),
