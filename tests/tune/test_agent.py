@@ -2,6 +2,7 @@
 policy learns from the reward (on a synthetic score, so the test needs no cost model)."""
 
 import numpy as np
+import pytest
 
 from tvm_rl.tune.agent import TOKEN_FEATURES, PPOAgent, PPOConfig, observe
 from tvm_rl.tune.moves import MoveSpace
@@ -85,3 +86,32 @@ def test_save_and_load_round_trip(tmp_path, space):
     a1 = agent.act(tokens, glob, np.random.default_rng(0))
     a2 = again.act(tokens, glob, np.random.default_rng(0))
     assert np.array_equal(a1[0], a2[0]) and np.allclose(a1[1], a2[1]) and again.config.walks == 4
+
+
+@pytest.mark.parametrize("reward", ["delta", "improvement"])
+def test_walk_rewards_add_up_to_what_the_reward_promises(space, reward):
+    """delta: a walk's rewards add up to its last rating minus its first; improvement: to its best minus its first,
+    and no step is punished for going down."""
+    moves = MoveSpace(space)
+    agent = PPOAgent(PPOConfig(walks=8, max_steps=20, update_every=100, stuck_fraction=1.01, keep_bias=0.0,
+                               reward=reward, seed=1))
+    rng = np.random.default_rng(3)
+    target = moves.draft_features(space.random(np.random.default_rng(9))[None])[0]
+
+    def evaluate(vecs: np.ndarray) -> np.ndarray:
+        return -np.abs(moves.draft_features(vecs) - target).sum(1)
+
+    stored = []
+    agent._store = lambda trajectory, last_value: stored.append(trajectory)
+    starts = np.stack([space.random(rng) for _ in range(8)])
+    agent.explore(moves, starts, evaluate(starts), evaluate, rng, learn=True)
+    (trajectory,) = stored
+    rewards = np.stack([t[5] for t in trajectory])  # (steps, walks)
+    ratings = np.stack([t[1][:, 0] for t in trajectory])  # each step's rating before the move
+    assert rewards.shape == (20, 8)
+    if reward == "improvement":
+        assert np.all(rewards >= 0)
+        walk_best = np.maximum(ratings.max(0), ratings[-1] + rewards[-1])
+        np.testing.assert_allclose(rewards.sum(0), walk_best - ratings[0], rtol=1e-4, atol=1e-4)
+    else:
+        np.testing.assert_allclose(rewards.sum(0), ratings[-1] + rewards[-1] - ratings[0], rtol=1e-4, atol=1e-4)

@@ -59,6 +59,7 @@ class PPOConfig:
     hidden: int = 64
     invalid_penalty: float = 0.05
     keep_bias: float = 2.5  # initial preference for "keep": a step then moves about one unit in seven
+    reward: str = "delta"  # "delta": the rating's change (CHAMELEON); "improvement": the walk's new best only
     seed: int = 0
 
 
@@ -184,6 +185,7 @@ class PPOAgent:
         cfg = self.config
         budget = cfg.max_evaluations if max_evaluations is None else max_evaluations
         vecs, scores = np.array(starts, dtype=np.int64), np.array(start_scores, dtype=float)
+        best = np.nan_to_num(scores, nan=-np.inf)  # each walk's best rating so far
         seen: dict[tuple, float] = {tuple(v): s for v, s in zip(vecs, scores) if not np.isnan(s)}
         result = WalkResult(seen, 0, 0, 0)
         if vecs.shape[1] == 0 or moves.size == 0:  # a kernel with no sampling decisions has one schedule
@@ -204,7 +206,12 @@ class PPOAgent:
                     seen[v] = float(sc)
                 new_scores = np.array([seen.get(tuple(v), np.nan) for v in moved])
             bad = np.isnan(new_scores)
-            reward = np.where(bad, -cfg.invalid_penalty, np.nan_to_num(new_scores) - np.nan_to_num(scores))
+            if cfg.reward == "improvement":  # only a new best of the walk pays: a step down costs nothing
+                gain = np.maximum(np.nan_to_num(new_scores, nan=-np.inf) - best, 0.0)
+            else:  # "delta": the change of the rating, CHAMELEON's reward
+                gain = np.nan_to_num(new_scores) - np.nan_to_num(scores)
+            reward = np.where(bad, -cfg.invalid_penalty, gain)
+            best = np.fmax(best, new_scores)
             still = bad | np.all(moved == vecs, axis=1)
             segment.append((tokens, glob, actions, logp, value, reward.astype(np.float32)))
             vecs = np.where(bad[:, None], vecs, moved)

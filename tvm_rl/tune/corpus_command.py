@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl corpus") -> int:
     policy.add_argument("--batch", type=int, default=16, help="batch size the rounds pick finalists for (16)")
     policy.add_argument("--exclude", nargs="*", default=[], metavar="PATTERN", help="leave out these workloads")
     policy.add_argument("--seed", type=int, default=0)
+    policy.add_argument("--reward", default="delta", choices=["delta", "improvement"],
+                        help="the walks' reward: the rating's change (delta, default) or a walk's new best only")
 
     compare = sub.add_parser("compare-policy", help="offline: a policy's walks against an untrained agent's on "
                              "held-out workloads, by the pre-trained cost model's ratings of their finalists")
@@ -213,7 +215,7 @@ def _train_policy(args: argparse.Namespace) -> int:
     model = Path(args.model) if args.model else Path(args.corpus) / "cost_model.npz"
     out = Path(args.out) if args.out else Path(args.corpus) / "policy.pt"
     result = pretrain_policy(args.corpus, model, out, args.rounds, args.epochs, args.batch, args.exclude, args.seed,
-                             PPOConfig(seed=args.seed), write=lambda line: print(line, flush=True))
+                             PPOConfig(seed=args.seed, reward=args.reward), write=lambda line: print(line, flush=True))
     log = out.with_suffix(".json")
     log.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{result['updates']} PPO updates on {len(result['workloads'])} workloads in {result['seconds']:.0f} s "
