@@ -59,7 +59,7 @@ class PPOConfig:
     hidden: int = 64
     invalid_penalty: float = 0.05
     keep_bias: float = 2.5  # initial preference for "keep": a step then moves about one unit in seven
-    reward: str = "delta"  # "delta": the rating's change (CHAMELEON); "improvement": the walk's new best only
+    reward: str = "improvement"  # "improvement": only a walk's new best pays; "delta": the rating's change (CHAMELEON)
     seed: int = 0
 
 

@@ -93,8 +93,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl corpus") -> int:
     policy.add_argument("--batch", type=int, default=16, help="batch size the rounds pick finalists for (16)")
     policy.add_argument("--exclude", nargs="*", default=[], metavar="PATTERN", help="leave out these workloads")
     policy.add_argument("--seed", type=int, default=0)
-    policy.add_argument("--reward", default="delta", choices=["delta", "improvement"],
-                        help="the walks' reward: the rating's change (delta, default) or a walk's new best only")
+    policy.add_argument("--reward", default="improvement", choices=["improvement", "delta"],
+                        help="the walks' reward: a walk's new best only (improvement, default) or the rating's "
+                             "change (delta, CHAMELEON's; it drove the policy to keep every knob: tuner_corpus.md)")
 
     compare = sub.add_parser("compare-policy", help="offline: a policy's walks against an untrained agent's on "
                              "held-out workloads, by the pre-trained cost model's ratings of their finalists")
