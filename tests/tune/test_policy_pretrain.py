@@ -69,3 +69,14 @@ def test_cli_trains_a_policy_and_compares_it(tmp_path, corpus_and_model, capsys)
     text = capsys.readouterr().out
     assert "PPO updates on 1 workloads" in text and "by the cost model: not a measurement" in text
     assert out.is_file()
+
+
+def test_the_shipped_policy_is_found_by_target_kind(tmp_path, monkeypatch):
+    from tvm_rl.tune import agent as agent_module
+
+    monkeypatch.setattr(agent_module, "SHIPPED_DIR", tmp_path)
+    assert agent_module.shipped_policy("llvm") is None
+    PPOAgent(SMALL).save(str(tmp_path / "policy_llvm.pt"))
+    assert agent_module.shipped_policy("llvm") == tmp_path / "policy_llvm.pt"
+    assert PPOAgent.load(str(agent_module.shipped_policy("llvm"))).config.walks == SMALL.walks
+    assert agent_module.shipped_policy("cuda") is None

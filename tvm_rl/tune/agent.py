@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,6 +31,14 @@ from ..rl.ppo import PPOParams, gae, ppo_update
 from .moves import UNIT_FEATURES, MoveSpace
 
 TOKEN_FEATURES = UNIT_FEATURES
+SHIPPED_DIR = Path(__file__).resolve().parent / "models"  # made by the commands in its README.md
+
+
+def shipped_policy(target_kind: str = "llvm") -> Path | None:
+    """The tuner policy shipped with tvm-rl for a target kind (pre-trained offline on a corpus), or None."""
+    path = SHIPPED_DIR / f"policy_{target_kind}.pt"
+    return path if path.is_file() else None
+
 GLOBAL_FEATURES = 3
 INVALID = float("nan")
 
@@ -329,4 +338,4 @@ class PPOAgent:
         return agent
 
 
-__all__ = ["INVALID", "KnobPolicy", "PPOAgent", "PPOConfig", "Rollout", "WalkResult", "observe"]
+__all__ = ["INVALID", "KnobPolicy", "PPOAgent", "PPOConfig", "Rollout", "WalkResult", "observe", "shipped_policy"]

@@ -225,8 +225,10 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--arms", "--strategies", dest="arms", nargs="*", default=None,
                    help=f"arms to run (default: {' '.join(ARMS)}; also {' '.join(EXTRA_ARMS)})")
     p.add_argument("--tasks", nargs="*", default=None, help="task names (default: the eight of TASKS)")
-    p.add_argument("--cost-model-file", default=None, help="pre-trained cost model for the *-pretrained arms")
-    p.add_argument("--policy", default=None, help="saved PPOAgent for the ppo-pretrained arm")
+    p.add_argument("--cost-model-file", default=None,
+                   help="pre-trained cost model for the *-pretrained arms (default: the one shipped for the target)")
+    p.add_argument("--policy", default=None,
+                   help="saved PPOAgent for the ppo-pretrained arm (default: the one shipped for the target)")
     p.add_argument("--walks", type=int, default=None, help="PPO walks per round (default: PPOConfig's)")
     p.add_argument("--evaluations", type=int, default=None,
                    help="per round: PPO's draft-model ratings per space, annealing's cost-model ratings")
@@ -272,6 +274,10 @@ def _save(out: Path, state: dict[str, Any]) -> None:
     tmp.replace(out)
 
 
+def _path_or_none(path: Path | None) -> str | None:
+    return str(path) if path is not None else None
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run (or resume) the benchmark, re-time, print the tables, write the JSON and the PNG."""
     args = _parser(prog).parse_args(argv)
@@ -286,6 +292,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         raise SystemExit(f"--per-iter {args.per_iter} (also the shared first batch) must be between 1 and the "
                          f"smallest budget, {budgets[0]}")
     target = host_cpu_target() if args.target in (None, "llvm") else parse_target(args.target)
+    from .agent import shipped_policy
+    from .cost_model import shipped_model
+
+    args.cost_model_file = args.cost_model_file or _path_or_none(shipped_model(target.kind.name))
+    args.policy = args.policy or _path_or_none(shipped_policy(target.kind.name))
     out = Path(args.out or f"logs/tuner_{target.kind.name}{'_quick' if args.quick else ''}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     work_root = Path(args.work_dir or out.parent / "scratch" / f"{out.stem}_runs")
