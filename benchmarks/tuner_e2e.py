@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tvm_rl.tune.e2e import main  # noqa: E402
+from tvm_rl.tuner_e2e import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(prog="benchmarks/tuner_e2e.py"))

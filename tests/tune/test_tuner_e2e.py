@@ -1,10 +1,10 @@
-"""The end-to-end tuner benchmark (tvm_rl/tune/e2e.py): its pure helpers, and one small run end to end."""
+"""The end-to-end tuner benchmark (tvm_rl/tuner_e2e.py): its pure helpers, and one small run end to end."""
 import json
 from pathlib import Path
 
 import pytest
 
-from tvm_rl.tune import e2e
+from tvm_rl import tuner_e2e as e2e
 
 
 def test_default_arms_add_the_pretrained_ones_only_with_a_cost_model():

@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
-from .. import bench, measure, models
-from ..database import TuningDatabase
-from ..errors import TargetError, TvmRlError
-from .cost_model import from_spec
-from .tasks import check_local_device, tune_model
+from . import bench, measure, models
+from .database import TuningDatabase
+from .errors import TargetError, TvmRlError
+from .tune.cost_model import from_spec
+from .tune.tasks import check_local_device, tune_model
 
 MODELS = ["resnet18", "mobilenet_v2", "bert"]
 # arm -> (search strategy, whether it takes the pre-trained cost model of --cost-model)
