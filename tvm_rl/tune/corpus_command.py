@@ -226,7 +226,9 @@ def _train_policy(args: argparse.Namespace) -> int:
 
 
 def _compare_policy(args: argparse.Namespace) -> int:
-    from .agent import PPOAgent, PPOConfig
+    from dataclasses import replace
+
+    from .agent import PPOAgent
     from .corpus import Corpus
     from .policy_pretrain import compare_walkers, select_workloads
 
@@ -235,7 +237,7 @@ def _compare_policy(args: argparse.Namespace) -> int:
     policy = Path(args.policy) if args.policy else corpus.path / "policy.pt"
     names = select_workloads(corpus, only=args.heldout)
     trained = PPOAgent.load(str(policy))
-    walkers = {"policy": trained, "untrained": PPOAgent(PPOConfig(**{**trained.config.__dict__}))}
+    walkers = {"policy": trained, "untrained": PPOAgent(replace(trained.config))}
     rows = compare_walkers(corpus, model, walkers, names, args.batch, range(args.seeds),
                            write=lambda line: print(line, flush=True))
     ratio = [p["top_mean"] - u["top_mean"] for p, u in zip(rows[::2], rows[1::2])

@@ -30,6 +30,7 @@ import logging
 import math
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -300,8 +301,7 @@ class PPOSearch(KnobSearch):
         super().__init__(seed, explore_fraction, init_random, log, enumerate_limit)
         self.agent = agent or PPOAgent(config or PPOConfig(seed=seed))
         self.adaptive, self.min_batch_fraction = adaptive, min_batch_fraction
-        self.learn = learn
-        self.walk = walk or WalkSettings()
+        self.walk = replace(walk or WalkSettings(), learn=learn)  # the one place `learn` lives
         self.history: list[dict[str, float]] = []  # every PPO update's diagnostics, this strategy's
         self.moves: dict[int, MoveSpace] = {}  # the agent's action units, per design space
         self.last_rated: dict[Point, float] = {}
@@ -310,8 +310,7 @@ class PPOSearch(KnobSearch):
         live = [s for s in range(len(self.spaces)) if s not in self.exhausted]
         if not live:
             return []
-        settings = WalkSettings(**{**self.walk.__dict__, "learn": self.learn})
-        rated, record = walk_round(self, self.agent, live, self._moves, n, settings)
+        rated, record = walk_round(self, self.agent, live, self._moves, n, self.walk)
         self.last_rated = rated  # the finalists' exact ratings, for offline comparisons of walkers
         self.history.extend(record["updates"])
         self.round_record = _summary(record)
@@ -342,7 +341,7 @@ class PPOSearch(KnobSearch):
     def clone(self) -> "PPOSearch":
         return PPOSearch(agent=self.agent, adaptive=self.adaptive, min_batch_fraction=self.min_batch_fraction,
                          seed=self.seed, explore_fraction=self.explore_fraction, init_random=self.init_random,
-                         log=self.log, enumerate_limit=self.enumerate_limit, learn=self.learn, walk=self.walk)
+                         log=self.log, enumerate_limit=self.enumerate_limit, learn=self.walk.learn, walk=self.walk)
 
 
 def _summary(record: dict[str, Any]) -> dict[str, Any]:
