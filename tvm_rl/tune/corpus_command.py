@@ -143,7 +143,8 @@ def _names(corpus: str, exclude: list[str]) -> list[str] | None:
 
 def _build(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     from ..measure import host_cpu_target, parse_target
-    from .corpus import build_corpus, distinct, tophub_workloads, zoo_workloads
+    from .corpus import build_corpus
+    from .corpus_sources import distinct, tophub_workloads, zoo_workloads
     from .tasks import check_local_device
 
     if not (args.tophub or args.zoo or args.models):
