@@ -1,5 +1,6 @@
-"""Small TVM workloads shared by the tuning tests."""
+"""Small TVM workloads, and a driver of the search-strategy protocol, shared by the tuning tests."""
 import tvm
+import tvm_ffi
 from tvm import te
 
 
@@ -48,3 +49,25 @@ def fake_corpus(path, target, sizes=(8, 16, 32), per_workload: int = 12, fail_ev
     corpus.write_manifest({"format": "tvm-rl corpus", "version": 1, "target": json.loads(str(target)),
                            "target_kind": target.kind.name, "workloads": entries, "runs": []})
     return corpus
+
+
+def fake_seconds(sch) -> float:
+    """A deterministic stand-in for a measurement: a function of the schedule's structure."""
+    return 1e-4 * (1 + (tvm_ffi.structural_hash(sch.mod) % 1000) / 1000)
+
+
+def drive(strategy, ctx, trials: int, per_iter: int, seconds=fake_seconds):
+    """Run the search-strategy protocol the way MetaSchedule's task scheduler does, with fake measurements."""
+    from tvm.s_tir import meta_schedule as ms
+
+    inst = strategy._inst
+    inst._initialize_with_tune_context(ctx)
+    inst.pre_tuning(trials, per_iter, ctx.generate_design_space(), None, None)
+    batches = []
+    while (cands := inst.generate_measure_candidates()) is not None:
+        assert 0 < len(cands) <= per_iter
+        results = [ms.runner.RunnerResult(run_secs=[seconds(c.sch)], error_msg=None) for c in cands]
+        inst.notify_runner_results(cands, results)
+        batches.append(cands)
+    inst.post_tuning()
+    return inst, batches

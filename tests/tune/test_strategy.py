@@ -8,8 +8,7 @@ import json
 
 import numpy as np
 import pytest
-import tvm_ffi
-from kernels import matmul
+from kernels import drive, matmul
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_rl.tune import knobs
@@ -17,26 +16,6 @@ from tvm_rl.tune.agent import PPOAgent, PPOConfig
 from tvm_rl.tune.search_strategy.annealing import SimulatedAnnealing
 from tvm_rl.tune.search_strategy.ppo import PPOSearch
 from tvm_rl.tune.tasks import shared_builder
-
-
-def fake_seconds(sch) -> float:
-    """A deterministic stand-in for a measurement: a function of the schedule's structure."""
-    return 1e-4 * (1 + (tvm_ffi.structural_hash(sch.mod) % 1000) / 1000)
-
-
-def drive(strategy, ctx, trials: int, per_iter: int, seconds=fake_seconds):
-    """Run the search-strategy protocol the way MetaSchedule's task scheduler does, with fake measurements."""
-    inst = strategy._inst
-    inst._initialize_with_tune_context(ctx)
-    inst.pre_tuning(trials, per_iter, ctx.generate_design_space(), None, None)
-    batches = []
-    while (cands := inst.generate_measure_candidates()) is not None:
-        assert 0 < len(cands) <= per_iter
-        results = [ms.runner.RunnerResult(run_secs=[seconds(c.sch)], error_msg=None) for c in cands]
-        inst.notify_runner_results(cands, results)
-        batches.append(cands)
-    inst.post_tuning()
-    return inst, batches
 
 
 @pytest.mark.parametrize("make", [
