@@ -1,39 +1,76 @@
 """The tuner benchmark's measuring: the load check, the runner settings, and one small run end to end."""
 import json
+import multiprocessing
+import subprocess
+import sys
+import time
 
 import pytest
 
 from tvm_rl.tune import bench_runs
 
 
-def fake_load(values):
+def fake_others(values):
     seq = iter(values)
     last = [values[-1]]
 
-    def loadavg():
+    def others():
         last[0] = next(seq, last[0])
-        return (last[0], 0.0, 0.0)
+        return last[0]
 
-    return loadavg
+    return others
 
 
-def test_wait_for_cores_polls_until_the_load_drops():
+def test_wait_for_cores_polls_until_other_processes_quiet_down():
     slept, lines = [], []
-    info = bench_runs.wait_for_cores(100, threshold=1.5, poll=10, write=lines.append,
-                                     loadavg=fake_load([3.0, 2.0, 1.0]), sleep=slept.append)
+    info = bench_runs.wait_for_cores(100, threshold=0.5, poll=10, write=lines.append,
+                                     others=fake_others([1.8, 1.0, 0.2]), sleep=slept.append)
     assert slept == [10, 10] and info["waited_seconds"] == 20
-    assert info["before"][0] == 3.0 and info["start"][0] == 1.0 and info["busy"] is False
-    assert len(lines) == 1 and "waiting up to 100 s" in lines[0]
+    assert info["others_before"] == 1.8 and info["others_start"] == 0.2 and info["busy"] is False
+    assert len(lines) == 1 and "waiting up to 100 s" in lines[0] and "1.80 cores busy" in lines[0]
 
 
 def test_wait_for_cores_gives_up_at_the_limit_and_records_busy_cores():
     slept, lines = [], []
-    info = bench_runs.wait_for_cores(25, threshold=1.5, poll=10, write=lines.append, loadavg=fake_load([4.0]),
+    info = bench_runs.wait_for_cores(25, threshold=0.5, poll=10, write=lines.append, others=fake_others([2.0]),
                                      sleep=slept.append)
     assert slept == [10, 10, 5] and info["busy"] is True and "running anyway" in lines[-1]
-    quiet = bench_runs.wait_for_cores(0, threshold=1.5, write=lines.append, loadavg=fake_load([4.0]),
+    quiet = bench_runs.wait_for_cores(0, threshold=0.5, write=lines.append, others=fake_others([2.0]),
                                       sleep=slept.append)
     assert quiet["waited_seconds"] == 0 and quiet["busy"] is True and len(slept) == 3
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_others_busy_cores_does_not_count_this_process_or_its_children():
+    """A busy loop here, and one in a child process, are this benchmark's own work, not competition."""
+    child = multiprocessing.get_context("spawn").Process(target=_spin, args=(3.0,))
+    child.start()
+    try:
+        mine = bench_runs.others_busy_cores(window=1.0, sleep=_spin)
+    finally:
+        child.join()
+    # Without the subtraction this reads about 2 cores (this loop and the child's); what is left is other jobs.
+    assert mine < 0.7
+
+
+def test_others_busy_cores_counts_a_process_outside_the_tree():
+    """A busy process this one did not start (a detached `python -c` loop) is counted."""
+    other = subprocess.Popen([sys.executable, "-c", "import time\nend=time.time()+60\nwhile time.time()<end: pass"],
+                             start_new_session=True)
+    try:
+        time.sleep(0.5)
+        # Read from a fresh process so `other` is not our child: a child is counted as ours.
+        out = subprocess.run([sys.executable, "-c", "from tvm_rl.tune.bench_runs import others_busy_cores; "
+                              "print(others_busy_cores(window=1.5))"], capture_output=True, text=True, check=True)
+    finally:
+        other.kill()
+        other.wait()
+    assert float(out.stdout.split()[-1]) > 0.6
 
 
 def test_measuring_builds_a_cache_flushing_repeated_runner():

@@ -2,8 +2,8 @@
 
 - `Measuring`: how every candidate is timed (MetaSchedule's LocalRunner with `repeat` timings per candidate,
   each of `number` calls, the cache flushed before each on a CPU), and the same settings for re-timing.
-- `wait_for_cores`: before a run, wait (up to a limit) until the 1-minute load leaves a core free, and say what
-  the load was, so a reader can tell runs that shared the cores.
+- `wait_for_cores`: before a run, wait (up to a limit) until other processes leave the cores free, and say how
+  busy they were, so a reader can tell runs that shared the cores.
 - `shared_first_batch`: per (task, seed), `size` random schedules (ReplayTrace) measured once into a folder;
   every arm's run starts from a copy of it and counts it in its trials.
 - `run_arm`: one tuning run from that copy; returns the run record (see `bench_stats`).
@@ -81,27 +81,63 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def _tree_cpu_seconds(proc: Any) -> float:
+    """CPU seconds used by `proc`, its live descendants and the children they have reaped."""
+    import psutil
+
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:  # exited between listing and reading
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def others_busy_cores(window: float = 3.0, sleep: Callable[[float], None] = time.sleep) -> float:
+    """Cores kept busy over `window` seconds by processes other than this one and its descendants (the builder
+    and runner workers). The 1-minute load average would also count this benchmark's own last run, which is not
+    competition: the check is there to catch other jobs."""
+    import psutil
+
+    me = psutil.Process()
+
+    def busy() -> float:
+        t = psutil.cpu_times()
+        return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+
+    start, own = time.perf_counter(), _tree_cpu_seconds(me)
+    total = busy()
+    sleep(window)
+    elapsed = max(time.perf_counter() - start, 1e-6)
+    return max(0.0, (busy() - total) - (_tree_cpu_seconds(me) - own)) / elapsed
+
+
 def wait_for_cores(max_wait: float, threshold: float | None = None, poll: float = 15.0, write: Write = print,
-                   loadavg: Callable[[], tuple[float, float, float]] = os.getloadavg,
+                   others: Callable[[], float] = others_busy_cores,
                    sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
-    """Wait until the 1-minute load average is at most `threshold` (default: cores - 0.5), polling every `poll`
-    seconds for at most `max_wait` seconds; returns the loads seen, the seconds waited and whether the run starts
-    on busy cores (`busy`: the load was still above the threshold when the wait ended)."""
-    threshold = cores() - 0.5 if threshold is None else threshold
-    before = loadavg()
+    """Wait until other processes keep at most `threshold` cores busy (default 0.5; `others_busy_cores`), polling
+    every `poll` seconds for at most `max_wait` seconds; returns what was seen (with the 1-minute load average, for
+    the record), the seconds waited and whether the run starts on busy cores (`busy`: other processes were still
+    above the threshold when the wait ended)."""
+    threshold = 0.5 if threshold is None else threshold
+    before = others()
     waited, load = 0.0, before
-    while load[0] > threshold and waited < max_wait:
+    while load > threshold and waited < max_wait:
         if waited == 0:
-            write(f"  load {load[0]:.2f} > {threshold:.1f} ({cores()} cores): waiting up to {max_wait:.0f} s for "
-                  "the cores to free up")
+            write(f"  other processes keep {load:.2f} cores busy (> {threshold:.1f} of {cores()}): waiting up to "
+                  f"{max_wait:.0f} s for them to finish")
         step = min(poll, max_wait - waited)
         sleep(step)
         waited += step
-        load = loadavg()
-    if load[0] > threshold and max_wait > 0:
-        write(f"  load still {load[0]:.2f} after {waited:.0f} s: running anyway (recorded as busy)")
-    return {"threshold": threshold, "before": [round(x, 2) for x in before], "start": [round(x, 2) for x in load],
-            "waited_seconds": round(waited, 1), "busy": load[0] > threshold}
+        load = others()
+    if load > threshold and max_wait > 0:
+        write(f"  other processes still keep {load:.2f} cores busy after {waited:.0f} s: running anyway (recorded "
+              "as busy)")
+    return {"threshold": threshold, "others_before": round(before, 2), "others_start": round(load, 2),
+            "loadavg": [round(x, 2) for x in os.getloadavg()], "waited_seconds": round(waited, 1),
+            "busy": load > threshold}
 
 
 def task_seed(seed: int, task: str, phase: str) -> int:
@@ -322,4 +358,4 @@ def best_tuning_us(run: dict[str, Any]) -> float:
 
 
 __all__ = ["Measuring", "SkipMeasured", "best_tuning_us", "cores", "record_seconds", "retime_task", "run_arm",
-           "shared_first_batch", "task_seed", "wait_for_cores"]
+           "others_busy_cores", "shared_first_batch", "task_seed", "wait_for_cores"]

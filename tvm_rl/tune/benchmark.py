@@ -126,6 +126,17 @@ def resolve_tasks(names: list[str], tophub: str | None) -> dict[str, TophubTask]
     return {n: known[n] for n in names}
 
 
+def default_arm(target_kind: str = "llvm") -> str:
+    """The arm that runs what `tvm-rl tune` and `tvm_rl.optimize` run by default for a target kind: the default
+    strategy, with the shipped pre-trained cost model where one ships for the kind."""
+    from .cost_model import shipped_model
+    from .search_strategy import DEFAULT
+
+    if shipped_model(target_kind) is None:
+        return DEFAULT
+    return {"evolutionary": "evolutionary-pretrained", "ppo": "ppo-pretrained-model"}.get(DEFAULT, DEFAULT)
+
+
 def pretraining_overlap(path: str, tasks: dict[str, TophubTask]) -> list[str]:
     """The tasks the pre-trained model file was trained on (by structural hash)."""
     from .pretrained import load_model
@@ -236,7 +247,8 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--number", type=int, default=1, help="calls per timing")
     p.add_argument("--no-cache-flush", action="store_true", help="time with warm caches")
     p.add_argument("--retime-passes", type=int, default=5, help="re-timing passes over every improver")
-    p.add_argument("--max-load", type=float, default=None, help="1-min load to wait for (default cores - 0.5)")
+    p.add_argument("--max-load", type=float, default=None,
+                   help="cores other processes may keep busy before a run starts (default 0.5)")
     p.add_argument("--load-wait", type=float, default=None,
                    help="seconds to wait for it at most, per run (default 600; 0 with --quick: a check only records "
                         "the load)")
@@ -353,8 +365,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         cost["load_wait_seconds"] = cost.get("load_wait_seconds", 0.0) + load["waited_seconds"]
         _save(out, state)
         print(f"[{i + 1}/{len(todo)}] {task} {arm.name} seed {seed}: {run['trials']} trials ({run['shared']} shared), "
-              f"best {bench_runs.best_tuning_us(run):.1f} us at tuning time, {run['wall_seconds']:.0f} s, load "
-              f"{load['start'][0]:.1f}{' (busy)' if load['busy'] else ''}", flush=True)
+              f"best {bench_runs.best_tuning_us(run):.1f} us at tuning time, {run['wall_seconds']:.0f} s, other "
+              f"processes {load['others_start']:.1f} cores{' (busy)' if load['busy'] else ''}", flush=True)
     for task in tasks:
         mine = [r for r in state["runs"] if r["task"] == task]
         if mine and any(r.get("retimed") is None for r in mine):
@@ -385,5 +397,5 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     return 0
 
 
-__all__ = ["ARMS", "QUICK_TASKS", "TASKS", "format_table", "format_tasks", "main", "make_arms", "plot_reach",
-           "project_tophub", "reach_fractions", "resolve_tasks", "summarise", "transformer_tasks"]
+__all__ = ["ARMS", "QUICK_TASKS", "TASKS", "default_arm", "format_table", "format_tasks", "main", "make_arms",
+           "plot_reach", "project_tophub", "reach_fractions", "resolve_tasks", "summarise", "transformer_tasks"]
