@@ -1,8 +1,9 @@
-"""`tvm-rl demo` (`make demo`): the main job, `tvm_rl.optimize` (graph rewrite pass + PPOSearch), on a built-in
-full-size CNN block, beside what a user would otherwise run on the same block:
+"""`tvm-rl demo` (`make demo`): the main job, `tvm_rl.optimize` (graph rewrite pass + the default search strategy
+with the shipped cost model), on a built-in full-size CNN block, beside what a user would otherwise run on the same
+block:
 
 - TVM's default pipeline (no tuning),
-- MetaSchedule's evolutionary search, with the same trials per kernel as PPOSearch,
+- MetaSchedule's evolutionary search with its own XGBoost cost model, with the same trials per kernel,
 - PyTorch eager and ONNX Runtime.
 
 The block is MobileNet-V2's inverted residual at its real size (24 -> 144 -> 24 channels at 56x56): small
@@ -121,7 +122,7 @@ def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", 
     from .bench import tolerance
     from .flow import optimize
     from .graph.arms import DEFAULT_ARM
-    from .tune import tune_model
+    from .tune import search_strategy, tune_model
 
     tgt = measure.parse_target(target)
     if measure.is_gpu(tgt):
@@ -152,11 +153,14 @@ def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", 
     _say(f"3/5 MetaSchedule evolutionary search, {trials} trials per kernel, on the block as imported")
     t = time.perf_counter()
     evo_db, evo_report = tune_model(m.mod, tgt, work / "evolutionary", trials_per_kernel=trials,
-                                    trials_per_iter=min(8, trials), strategy="evolutionary", seed=seed)
+                                    trials_per_iter=min(8, trials), strategy="evolutionary", seed=seed,
+                                    cost_model="xgb")
     spent["evolutionary"] = spent.get("evolutionary", 0.0) + (time.perf_counter() - t)
     evo_exe = measure.build(m.mod, tgt, evo_db)
 
-    _say(f"4/5 tvm_rl.optimize: graph rewrite pass ({DEFAULT_ARM}), then PPOSearch with {trials} trials per kernel")
+    tuner = f"{search_strategy.DEFAULT} search"
+    _say(f"4/5 tvm_rl.optimize: graph rewrite pass ({DEFAULT_ARM}), then {tuner} with the shipped cost model, "
+         f"{trials} trials per kernel")
     result = optimize(m, tgt, work_dir=work / "tvm_rl", trials_per_kernel=trials, rewrite_seconds=rewrite_seconds,
                       seed=seed)
     rewritten = result.rewritten
@@ -165,11 +169,12 @@ def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", 
     print(f"graph pass applied: {', '.join(rep.graph_rewrites) or 'nothing'} ({rep.graph_reason})")
     ablation_exe = None
     if ablation:
-        # The same rewritten graph tuned by evolutionary search: splits what the pass bought from what PPOSearch did.
+        # The same rewritten graph tuned by stock MetaSchedule: splits what the pass bought from what our tuner did.
         _say(f"4b/5 ablation: the rewritten graph, tuned by evolutionary search ({trials} trials per kernel)")
         t = time.perf_counter()
         abl_db, abl_report = tune_model(rewritten, tgt, work / "rl_pass_evolutionary", trials_per_kernel=trials,
-                                        trials_per_iter=min(8, trials), strategy="evolutionary", seed=seed)
+                                        trials_per_iter=min(8, trials), strategy="evolutionary", seed=seed,
+                                        cost_model="xgb")
         spent["rl_pass_evolutionary"] = spent.get("rl_pass_evolutionary", 0.0) + (time.perf_counter() - t)
         ablation_exe = measure.build(rewritten, tgt, abl_db)
 
@@ -209,7 +214,7 @@ def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", 
         "rl_pass_evolutionary": {"label": f"graph pass + MetaSchedule evolutionary ({trials}/kernel)",
                                  "tuning_s": round(spent.get("rl_pass_evolutionary", 0.0), 1),
                                  **_arm_db(work / "rl_pass_evolutionary")},
-        "tvm_rl": {"label": f"tvm_rl.optimize (graph pass + PPOSearch, {trials}/kernel)", "kernels": rep.kernels_tuned,
+        "tvm_rl": {"label": f"tvm_rl.optimize (graph pass + {tuner}, {trials}/kernel)", "kernels": rep.kernels_tuned,
                    "tuning_s": round(spent["tvm_rl"], 1), **_arm_db(work / "tvm_rl" / "tuning" / tgt.kind.name),
                    "graph_rewrites": rep.graph_rewrites, "graph_policy": rep.graph_policy,
                    "kept_default_build": rep.kept_default},
@@ -305,7 +310,8 @@ def parser(prog: str = "tvm-rl demo") -> argparse.ArgumentParser:
     ap.add_argument("--fresh", action="store_true", help="discard this setting's earlier databases and start over")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--no-ablation", action="store_true",
-                    help="skip the arm that tunes the rewritten graph with evolutionary search instead of PPOSearch")
+                    help="skip the arm that tunes the rewritten graph with MetaSchedule's evolutionary search "
+                         "and its own cost model instead of tvm-rl's tuner")
     return ap
 
 

@@ -6,7 +6,7 @@
 
 The backend is registered through the `torch_dynamo_backends` entry point group (pyproject.toml), so installing
 the package is enough. Per graph: FX graph -> torch.export -> Relax (`models.from_torch`) -> RLRewritePass ->
-kernels tuned with PPOSearch (none by default: `trials_per_kernel` 0 is TVM's default build, plus any records
+kernels tuned by a search strategy (none by default: `trials_per_kernel` 0 is TVM's default build, plus any records
 an earlier run left in the database) -> build -> outputs checked against the graph run eagerly -> a callable
 that takes and returns torch tensors (DLPack, no copies for aligned contiguous CPU tensors).
 
@@ -54,7 +54,7 @@ class Options:
     seed: int = 0
     fallback: bool = True  # False: raise TvmRlError instead of running a graph eagerly
     freeze: bool = True  # parameters and buffers lifted into graph inputs become constants of the TVM module
-    strategy: str = "ppo"
+    strategy: str | None = None  # None: tvm_rl.tune.search_strategy.DEFAULT
     rewrite_steps: int = 20
     rewrite_seconds: float = 60.0
     rtol: float = 1e-3

@@ -1,8 +1,8 @@
 """`tvm_rl.optimize` (defined here, exported by the package): the whole flow in one call.
 
 model (torch module + example inputs, ONNX file, or Relax IRModule) -> Relax -> RLRewritePass -> kernels tuned
-with PPOSearch into one database -> build -> outputs checked against the source model -> a runnable,
-exportable module and a report of every stage's latency and time.
+by a search strategy (`search_strategy.DEFAULT`) into one database -> build -> outputs checked against the source
+model -> a runnable, exportable module and a report of every stage's latency and time.
 """
 from __future__ import annotations
 
@@ -103,17 +103,18 @@ def _as_model(model, example_inputs, shapes, name) -> models.Model:
 def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Sequence | None = None,
              shapes: dict[str, Sequence[int]] | None = None, name: str | None = None, work_dir: str | Path = "logs",
              rewrite: bool = True, policy=None, rewrite_steps: int = 20, rewrite_seconds: float = 60.0,
-             trials_per_kernel: int = 16, strategy: str = "ppo", seed: int = 0, repeat: int = 20,
+             trials_per_kernel: int = 16, strategy: str | None = None, seed: int = 0, repeat: int = 20,
              rtol: float = 1e-3, atol: float = 1e-3, cost_model: str | None = None) -> Optimized:
     """Optimize `model` for `target`; everything it writes goes under `work_dir` (database in
     `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). `policy` chooses the graph
     pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
     ("cheapest-first", a rule without learning, which the learned policy did not beat); "trained" or a
-    checkpoint path runs a learned policy. `cost_model` rates the tuner's candidates, as `tvm-rl tune
-    --cost-model` takes it (None: the model shipped for the target kind where there is one, refined on the run's
-    records, else MetaSchedule's XGBModel; "xgb": MetaSchedule's XGBModel; or a model file). Raises MismatchError if the
-    optimized module's outputs differ from the source model's by more than rtol/atol (atol relative to the
-    largest output)."""
+    checkpoint path runs a learned policy. `strategy` searches each kernel's schedules (None:
+    `tvm_rl.tune.search_strategy.DEFAULT`, the arm the tuner benchmark measured best). `cost_model` rates the
+    tuner's candidates, as `tvm-rl tune --cost-model` takes it (None: the model shipped for the target kind where
+    there is one, refined on the run's records, else MetaSchedule's XGBModel; "xgb": MetaSchedule's XGBModel; or a
+    model file). Raises MismatchError if the optimized module's outputs differ from the source model's by more than
+    rtol/atol (atol relative to the largest output)."""
     from .tune import tune_model
     from .tune.cost_model import from_spec as cost_model_from_spec
 

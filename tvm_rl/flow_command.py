@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from .tune import search_strategy
+
 
 def _shape(text: str) -> tuple[str, list[int]]:
     name, _, dims = text.partition("=")
@@ -15,7 +17,7 @@ def _shape(text: str) -> tuple[str, list[int]]:
 
 def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=(
-        "Optimize a model end to end: graph pass (RLRewritePass; --policy), kernel tuning (PPOSearch) into one "
+        "Optimize a model end to end: graph pass (RLRewritePass; --policy), kernel tuning (--strategy) into one "
         "database, build, output check against the source model, timing. Example: "
         "tvm-rl optimize --onnx model.onnx --trials 16 --export logs/model.so"))
     what = ap.add_mutually_exclusive_group(required=True)
@@ -25,7 +27,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
                     help="static shape for an ONNX input with symbolic dimensions (repeatable)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
     ap.add_argument("--trials", type=int, default=16, help="measured trials per kernel (default 16)")
-    ap.add_argument("--strategy", default="ppo", help="search strategy: ppo (default), evolutionary, annealing, ...")
+    ap.add_argument("--strategy", default=None,
+                    help=f"search strategy: {', '.join(search_strategy.names())} (default {search_strategy.DEFAULT})")
     ap.add_argument("--cost-model", default=None, metavar="MODEL",
                     help="tuner's cost model: xgb (MetaSchedule's XGBModel), xgb-pretrained (the model shipped for "
                          "the target kind), or a model file from `tvm-rl corpus train`; default: the shipped model, "

@@ -260,9 +260,10 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     return p
 
 
-def _load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
+def _load_state(out: Path, settings: dict[str, Any], update: bool = True) -> dict[str, Any]:
     """The JSON so far (a fresh state when there is none); SystemExit when it holds another format or runs made
-    with other measuring settings, which must not be mixed."""
+    with other measuring settings, which must not be mixed. `update` records this invocation's other settings
+    (arms, seeds, ...); a report leaves the ones of the runs as they are."""
     if not out.exists():
         return {"format": FORMAT, "version": VERSION, "settings": settings, "shared": {}, "runs": [],
                 "retime": {}, "cost": {}}
@@ -276,7 +277,8 @@ def _load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
         raise SystemExit(f"{out} holds runs made with other settings ({', '.join(differ)}: "
                          f"{[state['settings'].get(k) for k in differ]}, now {[settings[k] for k in differ]}); "
                          "rerun with the same ones or give another --out")
-    state["settings"].update({k: v for k, v in settings.items() if k not in fixed})
+    if update:
+        state["settings"].update({k: v for k, v in settings.items() if k not in fixed})
     return state
 
 
@@ -333,7 +335,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 "evaluations": args.evaluations, "seen_in_pretraining": seen, "retime_passes": args.retime_passes,
                 "target_slack": TARGET_SLACK, "cost_model": "XGBModel(num_warmup_samples=0), or the pre-trained "
                 "model for *-pretrained arms; MetaSchedule strategies' model is first trained on the shared batch"}
-    state = _load_state(out, settings)
+    state = _load_state(out, settings, update=not args.report)
     cost = state.setdefault("cost", {})
     started = time.perf_counter()
     preload_tensor_intrinsics()

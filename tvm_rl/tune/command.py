@@ -28,7 +28,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     ap.add_argument("--tophub-dir", default=None, help="folder of TopHub logs (default $TVM_RL_TOPHUB_DIR or "
                                                        "~/.tvm/tophub)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
-    ap.add_argument("--strategy", default="ppo", choices=search_strategy.names())
+    ap.add_argument("--strategy", default=search_strategy.DEFAULT, choices=search_strategy.names(),
+                    help=f"search strategy (default {search_strategy.DEFAULT})")
     ap.add_argument("--trials", type=int, default=32, help="measured trials per kernel (default 32)")
     ap.add_argument("--per-iter", type=int, default=8, help="candidates measured per round (default 8)")
     ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")

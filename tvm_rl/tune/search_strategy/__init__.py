@@ -18,6 +18,11 @@ from .evolutionary import evolutionary, is_evolutionary
 Factory = Callable[[int, "int | None", "int | None"], ms.SearchStrategy]
 _REGISTRY: dict[str, Factory] = {}
 
+# What `create(None)`, `tvm_rl.optimize`, `tvm-rl optimize` and `tvm-rl tune` use when no strategy is named: the
+# arm the committed tuner benchmark measured best (tests/tune/test_default_strategy.py holds it to that). With the
+# shipped pre-trained cost model, evolutionary search beat PPOSearch with the same model (docs/results/tuner.md).
+DEFAULT = "evolutionary"
+
 
 def register(name: str, factory: Factory) -> None:
     """Make `create(name, ...)` call `factory(seed, walks, evaluations)`."""
@@ -31,9 +36,9 @@ def names() -> tuple[str, ...]:
 
 def create(name: str | ms.SearchStrategy | None, seed: int = 0, walks: int | None = None,
            evaluations: int | None = None) -> ms.SearchStrategy:
-    """A search strategy by name (None: "evolutionary"), or the strategy itself when given one."""
+    """A search strategy by name (None: `DEFAULT`), or the strategy itself when given one."""
     if name is None:
-        name = "evolutionary"
+        name = DEFAULT
     if not isinstance(name, str):
         return name
     factory = _REGISTRY.get(name)
@@ -66,4 +71,4 @@ register("ppo-topk", _ppo(adaptive=False))
 register("annealing", _annealing)
 register("random", lambda seed, walks, evaluations: ms.search_strategy.ReplayTrace())
 
-__all__ = ["create", "evolutionary", "is_evolutionary", "names", "register"]
+__all__ = ["DEFAULT", "create", "evolutionary", "is_evolutionary", "names", "register"]

@@ -1,0 +1,45 @@
+"""The tuner's default is the arm the committed benchmark measured best, not the one we would like to win.
+
+`logs/tuner_llvm.json` is the tuner benchmark of record (`benchmarks/tuner.py`, command in docs/results/tuner.md).
+When a rerun changes which arm is best, this test fails until `search_strategy.DEFAULT` follows it."""
+import json
+from pathlib import Path
+
+from tvm_rl.tune.bench_stats import BASELINE
+from tvm_rl.tune.benchmark import default_arm
+from tvm_rl.tune.search_strategy import DEFAULT, create, names
+
+RESULTS = Path(__file__).resolve().parents[2] / "logs" / "tuner_llvm.json"
+
+
+def speedups_at_largest_budget(summary: list[dict]) -> dict[str, float]:
+    """Arm -> geomean speedup of its best kernel over evolutionary search's (same task and seed), at the largest N."""
+    largest = max(row["trials"] for row in summary)
+    rows = [row for row in summary if row["trials"] == largest]
+    return {row["arm"]: (1.0 if row["arm"] == BASELINE else row["speedup_vs_baseline"]["ratio"]) for row in rows
+            if row["arm"] == BASELINE or row.get("speedup_vs_baseline")}
+
+
+def test_the_default_strategy_is_what_the_committed_benchmark_supports():
+    summary = json.loads(RESULTS.read_text())["summary"]
+    speedups = speedups_at_largest_budget(summary)
+    arm = default_arm("llvm")
+    assert arm in speedups, f"the default's arm {arm!r} is not in {RESULTS.name}: rerun the benchmark with it"
+    best = max(speedups, key=lambda a: speedups[a])
+    assert speedups[arm] == speedups[best], (
+        f"{RESULTS.name} measures {best!r} best ({speedups[best]:.3f}x over {BASELINE}), the default's arm {arm!r} "
+        f"{speedups[arm]:.3f}x: make the winner the default (search_strategy.DEFAULT) and say so in the README")
+
+
+def test_the_default_is_a_registered_strategy_and_create_none_gives_it():
+    assert DEFAULT in names()
+    assert type(create(None)) is type(create(DEFAULT))
+
+
+def test_speedups_read_the_largest_budget_and_count_the_baseline_as_one():
+    summary = [{"trials": 64, "arm": "evolutionary"},
+               {"trials": 64, "arm": "ppo", "speedup_vs_baseline": {"ratio": 1.5}},
+               {"trials": 128, "arm": "evolutionary"},
+               {"trials": 128, "arm": "ppo", "speedup_vs_baseline": {"ratio": 0.9}},
+               {"trials": 128, "arm": "random", "speedup_vs_baseline": None}]
+    assert speedups_at_largest_budget(summary) == {"evolutionary": 1.0, "ppo": 0.9}
