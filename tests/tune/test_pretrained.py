@@ -203,6 +203,13 @@ def test_cli_train_and_evaluate(tmp_path, corpus, capsys):
     assert [r["workload"] for r in result["rows"]] == ["matmul8", "matmul16", "matmul32"]
     assert result["workloads"] == 3 and result["target"]["kind"] == "llvm"
     assert "k=4 cold" in printed and str(out) in printed
+    # With no refinement the refined arm is the pre-trained model itself.
+    assert corpus_main(["evaluate", "--corpus", str(corpus.path), "--out", str(out), "--ks", "4", "--top", "4",
+                        "--max-rounds", "30", "--refine-rounds", "0"]) == 0
+    capsys.readouterr()
+    result = json.loads(out.read_text())
+    assert result["settings"]["config"]["refine_rounds"] == 0
+    assert all(r["k4"]["refined"] == r["k4"]["pretrained"] for r in result["rows"])
     assert corpus_main(["train", "--corpus", str(corpus.path), "--out", str(tmp_path / "m2.npz"), "--exclude",
                         "matmul3*", "--max-rounds", "30"]) == 0
     assert "leaving out 1 of 3 workloads" in capsys.readouterr().out

@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl corpus") -> int:
     evaluate.add_argument("--exclude", nargs="*", default=[], metavar="PATTERN",
                           help="leave these workloads out altogether (shell patterns)")
     evaluate.add_argument("--max-rounds", type=int, default=None, help="cap on boosting rounds (default 2000)")
+    evaluate.add_argument("--refine-rounds", type=int, default=None,
+                          help="trees the online refinement fits on a workload's own records (default 20; 0: none)")
+    evaluate.add_argument("--refine-eta", type=float, default=None, help="their learning rate (default 0.1)")
     evaluate.add_argument("--no-cache", action="store_true", help="extract features again")
 
     policy = sub.add_parser("train-policy", help="pre-train the tuner's agent offline: walks on the corpus's "
@@ -122,7 +125,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl corpus") -> int:
 def _config(args: argparse.Namespace):
     from .pretrained import TrainConfig
 
-    return TrainConfig(max_rounds=args.max_rounds) if args.max_rounds else TrainConfig()
+    given = {"max_rounds": args.max_rounds, "refine_rounds": getattr(args, "refine_rounds", None),
+             "refine_eta": getattr(args, "refine_eta", None)}
+    return TrainConfig(**{k: v for k, v in given.items() if v is not None})
 
 
 def _names(corpus: str, exclude: list[str]) -> list[str] | None:

@@ -302,8 +302,9 @@ def train_on_corpus(corpus: str | Path | Corpus, out: str | Path, config: TrainC
     features_seconds = time.perf_counter() - start
     booster = train(data, config)
     manifest = corpus.read_manifest()
+    # The corpus path as given: an absolute one would carry the trainer's file system into a shipped file.
     meta = {"target": manifest.get("target"), "target_kind": manifest.get("target_kind"),
-            "host": manifest.get("host"), "corpus": str(corpus.path.resolve()),
+            "host": manifest.get("host"), "corpus": str(corpus.path),
             "workloads": [{"name": d.name, "structural_hash": d.key, "records": len(d), "valid": len(d.valid)}
                           for d in data],
             "records": sum(len(d) for d in data), "config": asdict(config), "rounds": booster.num_boosted_rounds(),
