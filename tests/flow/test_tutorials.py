@@ -8,7 +8,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 EXPECT = {  # tutorial -> what its output must contain
     "graph_pass.py": ["RL pass", "greedy", "TVM default", "vs greedy"],
-    "tuner.py": ["TopHub tasks", "ppo", "evolutionary", "annealing", "fraction of runs at evolutionary's best"],
+    "tuner.py": ["TopHub tasks", "ppo", "evolutionary", "annealing", "fraction of runs at their task's target"],
     "onnx_flow.py": ["outputs match the source model", "exported library vs ONNX Runtime", "tvm-rl report"],
     "train_policy.py": ["iteration 2:", "your policy", "shipped policy"],
 }
