@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from .errors import TuningInterrupted
 
 _pending: list[int] = []  # SIGINTs seen by the innermost `interruptible` block not yet turned into its error
+_deferring = [0]  # depth of `deferred` blocks: a first Ctrl-C inside one is noted, and raised when it ends
 
 
 def interrupt_pending() -> bool:
@@ -45,7 +46,8 @@ def interruptible(message: Callable[[], str]) -> Iterator[None]:
     def on_sigint(signum, frame):
         _pending.append(signum)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        raise KeyboardInterrupt
+        if not _deferring[0]:
+            raise KeyboardInterrupt
 
     outer = list(_pending)
     _pending.clear()
@@ -59,6 +61,21 @@ def interruptible(message: Callable[[], str]) -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
         _pending[:] = outer
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block, a first Ctrl-C that `interruptible` handles is only noted; it is raised as
+    KeyboardInterrupt when the block ends. For calls into TVM's C++ that run Python callbacks inside parallel
+    regions (MetaSchedule's EvolutionarySearch rating and mutating its population), where an exception
+    reaching C++ ends the process with std::terminate instead of unwinding. A second Ctrl-C is raised at once."""
+    _deferring[0] += 1
+    try:
+        yield
+    finally:
+        _deferring[0] -= 1
+    if not _deferring[0] and _pending:
+        raise KeyboardInterrupt
 
 
 def ignore_sigint() -> None:

@@ -21,10 +21,10 @@ TOPHUB = REPO.parent / "shared" / "tophub"
 TRIALS, PER_ITER = 10, 2  # five batches: a first record written late (failed trials before it) still leaves some
 
 
-def command(work_dir: Path) -> list[str]:
+def command(work_dir: Path, strategy: str = "ppo") -> list[str]:
     return [sys.executable, "-m", "tvm_rl.cli", "tune", "--tophub", "--tophub-dir", str(TOPHUB), "--ops",
             "batch_matmul", "--max-tasks", "1", "--trials", str(TRIALS), "--per-iter", str(PER_ITER), "--walks", "16",
-            "--evaluations", "32", "--work-dir", str(work_dir)]
+            "--evaluations", "32", "--strategy", strategy, "--work-dir", str(work_dir)]
 
 
 def records(work_dir: Path) -> list[str]:
@@ -44,9 +44,9 @@ def _whole(line: str) -> bool:
 class Run:
     """`tvm-rl tune` in a session of its own, so the test can signal its group and clean up only its processes."""
 
-    def __init__(self, work_dir: Path):
-        self.proc = subprocess.Popen(command(work_dir), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+    def __init__(self, work_dir: Path, strategy: str = "ppo"):
+        self.proc = subprocess.Popen(command(work_dir, strategy), cwd=REPO, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def wait_for(self, work_dir: Path, more_than: int, timeout: float = 400) -> None:
         deadline = time.monotonic() + timeout
@@ -77,6 +77,28 @@ class Run:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.communicate()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_evolutionary_search_stops_cleanly(tmp_path):
+    """The default strategy runs its search in TVM's C++, whose parallel rating calls back into Python: a
+    KeyboardInterrupt raised there ended the process with std::terminate (a segfault, exit -11). The interrupt now
+    waits for the round (`interrupt.deferred`) and the run stops as it does with PPOSearch."""
+    if not TOPHUB.is_dir():
+        pytest.skip(f"no TopHub logs at {TOPHUB}")
+    work = tmp_path / "db"
+    run = Run(work, strategy="evolutionary")
+    try:
+        run.wait_for(work, more_than=0)
+        os.killpg(run.proc.pid, signal.SIGINT)
+        code, out, err = run.finish(timeout=180)
+        lingering = run.wait_group_gone(timeout=15)
+    finally:
+        run.cleanup()
+    assert code == 130, (out, err[-3000:])
+    assert not lingering, "worker processes outlived the interrupted run"
+    assert "Traceback" not in err and "Run the same command again to resume" in err
+    assert f"the {len(records(work))} measured records so far are kept in" in err
 
 
 @pytest.mark.slow

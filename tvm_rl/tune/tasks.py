@@ -27,6 +27,7 @@ from .intrin import preload_tensor_intrinsics
 from .measure_callback import ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
 from .search_strategy.exhaustion import StopWhenExhausted
+from .search_strategy.skip_measured import SkipMeasured
 
 
 def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target | str) -> list[ms.ExtractedTask]:
@@ -158,7 +159,9 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     prepare_metaschedule_logging(verbose)
     strategy = search_strategy.create(strategy, seed)
     if search_strategy.is_evolutionary(strategy):
-        strategy = StopWhenExhausted(strategy)
+        # A resumed run must not measure the database's schedules again (SkipMeasured), and a task whose space ran
+        # out ends (StopWhenExhausted).
+        strategy = StopWhenExhausted(SkipMeasured(strategy))
     names = [name for name, _, _ in todo]
     loggers = ms.logging.get_loggers_from_work_dir(str(work_dir / "ms_logs"), names)
     # Each task needs its own strategy state: cloning the context clones its strategy (as MetaSchedule does).

@@ -15,6 +15,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import Database
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 
+from ...interrupt import deferred
+
 
 @derived_object
 class StopWhenExhausted(PySearchStrategy):
@@ -37,7 +39,9 @@ class StopWhenExhausted(PySearchStrategy):
     def generate_measure_candidates(self):
         if self.exhausted:
             return None
-        candidates = self.inner.generate_measure_candidates()
+        # Ctrl-C during evolutionary search's parallel rating would terminate the process: it waits for the round.
+        with deferred():
+            candidates = self.inner.generate_measure_candidates()
         if candidates is None or len(candidates) == 0:
             return None
         self.exhausted = len(candidates) < self.per_iter

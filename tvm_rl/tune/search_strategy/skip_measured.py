@@ -1,0 +1,85 @@
+"""Drop proposed candidates whose schedule the database already holds.
+
+MetaSchedule's EvolutionarySearch seeds its population with the database's best records but does not count them
+as measured (a TODO in TVM), and ReplayTrace draws with replacement, so a resumed run, or a run started from
+someone's records, may measure a schedule again: a trial spent for nothing. `tune_workloads` wraps evolutionary
+search in `SkipMeasured` (and `StopWhenExhausted`); the tuner benchmark wraps every MetaSchedule strategy in it.
+"""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
+
+
+@derived_object
+class SkipMeasured(PySearchStrategy):
+    """Drops candidates whose schedule the database already holds, asking `inner` again (up to `tries` times)
+    to fill the batch. MetaSchedule's EvolutionarySearch seeds its population with the database's best records
+    but does not count them as measured (a TODO in TVM), and ReplayTrace draws with replacement, so either may
+    propose a schedule of the shared first batch again; such a trial would be spent for nothing. (In a check on
+    one task, three seeds' first evolutionary batches held none: the count is kept in `skipped`.)"""
+
+    def __init__(self, inner: ms.SearchStrategy, tries: int = 3, skipped: list[int] | None = None) -> None:
+        self.inner, self.tries = inner, tries
+        self.skipped = skipped if skipped is not None else [0]  # shared by clones: the run's count
+
+    def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
+        self.context = context
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
+        self.max_trials, self.per_iter, self.done = int(max_trials), int(num_trials_per_iter), 0
+        self.seen: set[int] = set()
+        # Only this task's records: a model's database holds every kernel's, and replaying them all per task
+        # would cost seconds to minutes.
+        mod = getattr(getattr(self, "context", None), "mod", None)
+        if database is not None and mod is not None and database.has_workload(mod):
+            for record in database.get_top_k(database.commit_workload(mod), 1 << 30):
+                self.seen.add(_schedule_hash(record.workload.mod, record.trace))
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self):
+        want = min(self.per_iter, self.max_trials - self.done)
+        out: list = []
+        batch = None
+        for _ in range(self.tries):
+            batch = self.inner.generate_measure_candidates()
+            if batch is None:
+                break
+            dropped = 0
+            for candidate in batch:
+                key = int(tvm_ffi.structural_hash(candidate.sch.mod))
+                if key in self.seen:
+                    dropped += 1
+                    continue
+                self.seen.add(key)
+                out.append(candidate)
+            self.skipped[0] += dropped
+            if len(out) >= want or not dropped:
+                break
+        if not out and batch is None:
+            return None
+        return out[:want]
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        self.done += len(results)
+        self.inner.notify_runner_results(measure_candidates, results)
+
+    def clone(self) -> SkipMeasured:
+        return SkipMeasured(self.inner.clone(), self.tries, self.skipped)
+
+
+def _schedule_hash(mod: tvm.IRModule, trace) -> int:
+    sch = Schedule(mod)
+    trace.apply_to_schedule(sch, remove_postproc=False)
+    return int(tvm_ffi.structural_hash(sch.mod))
+
+
+__all__ = ["SkipMeasured"]
