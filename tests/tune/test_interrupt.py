@@ -79,6 +79,25 @@ class Run:
         self.proc.communicate()
 
 
+def ctrl_c_once_a_batch_is_in(work: Path, strategy: str, timeout: float) -> list[str]:
+    """Ctrl-C (the terminal signals the whole process group) once a batch is in the database; the run must stop
+    with 130, say how to resume, leave no worker behind and keep its records, which are returned."""
+    run = Run(work, strategy)
+    try:
+        run.wait_for(work, more_than=0)
+        os.killpg(run.proc.pid, signal.SIGINT)
+        code, out, err = run.finish(timeout=timeout)
+        lingering = run.wait_group_gone(timeout=15)
+    finally:
+        run.cleanup()
+    assert code == 130, (out, err[-3000:])
+    assert not lingering, "worker processes outlived the interrupted run"
+    assert "Traceback" not in err and "Run the same command again to resume" in err
+    kept = records(work)
+    assert f"the {len(kept)} measured records so far are kept in" in err
+    return kept
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_evolutionary_search_stops_cleanly(tmp_path):
     """The default strategy runs its search in TVM's C++, whose parallel rating calls back into Python: a
@@ -86,19 +105,7 @@ def test_ctrl_c_during_evolutionary_search_stops_cleanly(tmp_path):
     waits for the round (`interrupt.deferred`) and the run stops as it does with PPOSearch."""
     if not TOPHUB.is_dir():
         pytest.skip(f"no TopHub logs at {TOPHUB}")
-    work = tmp_path / "db"
-    run = Run(work, strategy="evolutionary")
-    try:
-        run.wait_for(work, more_than=0)
-        os.killpg(run.proc.pid, signal.SIGINT)
-        code, out, err = run.finish(timeout=180)
-        lingering = run.wait_group_gone(timeout=15)
-    finally:
-        run.cleanup()
-    assert code == 130, (out, err[-3000:])
-    assert not lingering, "worker processes outlived the interrupted run"
-    assert "Traceback" not in err and "Run the same command again to resume" in err
-    assert f"the {len(records(work))} measured records so far are kept in" in err
+    ctrl_c_once_a_batch_is_in(tmp_path / "db", "evolutionary", timeout=180)
 
 
 @pytest.mark.slow
@@ -106,20 +113,8 @@ def test_sigint_then_sigkill_lose_nothing_and_rerun_resumes(tmp_path):
     if not TOPHUB.is_dir():
         pytest.skip(f"no TopHub logs at {TOPHUB}")
     work = tmp_path / "db"
-    # 1. Ctrl-C (the terminal signals the whole process group) once a batch is in the database.
-    run = Run(work)
-    try:
-        run.wait_for(work, more_than=0)
-        os.killpg(run.proc.pid, signal.SIGINT)
-        code, out, err = run.finish(timeout=120)
-        lingering = run.wait_group_gone(timeout=15)
-    finally:
-        run.cleanup()
-    assert code == 130, (out, err)
-    assert not lingering, "worker processes outlived the interrupted run"
-    assert "Traceback" not in err and "Run the same command again to resume" in err
-    after_sigint = records(work)
-    assert f"the {len(after_sigint)} measured records so far are kept in" in err
+    # 1. Ctrl-C once a batch is in the database.
+    after_sigint = ctrl_c_once_a_batch_is_in(work, "ppo", timeout=120)
     assert all(json.loads(line)[1][1][0] < 1 for line in after_sigint)  # no candidate failed by the interrupt
 
     # 2. The same command resumes; SIGKILL (to the tuning process alone, as the OOM killer would) mid-way.
