@@ -122,6 +122,32 @@ def test_training_records_its_features_and_the_pass_encodes_with_them(cpu, tmp_p
     assert GraphActorCritic.load(tmp_path / "run" / "policy.pt").features == saved.features
 
 
+def test_training_can_price_with_a_benchmarks_recorded_proxy_and_keeps_snapshots(cpu, tmp_path, fitted):
+    """--proxy-from: training prices and encodes with the roofline a graph benchmark recorded, so its curve
+    compares with that benchmark's arms; --snapshot-every keeps the policy of every Nth iteration."""
+    record = tmp_path / "bench.json"
+    record.write_text(json.dumps({"proxy": fitted.roofline.as_dict(), "models": {}}))
+    config = TrainConfig(models=("squeezenet1_1",), target="llvm", proxy_from=str(record), iterations=2,
+                         episodes_per_iteration=1, horizon=2, cap=8, shortlist=0, hidden=16, gat_layers=1,
+                         imitation_episodes=0, snapshot_every=1, work_dir=str(tmp_path / "run"))
+    env = make_env("squeezenet1_1", config)
+    assert env.hardware == fitted.roofline and env.features.same_features(fitted)
+    assert not env.features.same_features(FeatureSpec.nominal(cpu))
+    policy = train(config, progress=False)
+    assert policy.features.same_features(fitted) and "bench.json" in policy.features.source
+    snaps = sorted(p.name for p in (tmp_path / "run").glob("policy_iter*.pt"))
+    assert snaps == ["policy_iter0001.pt", "policy_iter0002.pt"]
+    assert GraphActorCritic.load(tmp_path / "run" / "policy_iter0002.pt").features == policy.features
+    # What it cannot use is named.
+    for text, match in [("{", "cannot read it as JSON"), ('{"models": {}}', 'no "proxy" record'),
+                        ('{"proxy": {"default": {"peak": 1}}}', '"proxy" record is unreadable')]:
+        record.write_text(text)
+        with pytest.raises(ValueError, match=match):
+            make_env("squeezenet1_1", config)
+    with pytest.raises(ValueError, match="--database or --proxy-from, not both"):
+        make_env("squeezenet1_1", TrainConfig(**{**config.__dict__, "database": str(tmp_path)}))
+
+
 def test_a_checkpoint_round_trips_its_feature_spec(tmp_path, fitted, cpu):
     for spec in (fitted, FeatureSpec.nominal(cpu), FeatureSpec.nominal("cuda")):
         policy = Recorder(spec)

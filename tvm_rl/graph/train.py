@@ -51,6 +51,9 @@ class TrainConfig:
     all_matches: bool = True
     shortlist: int = 16  # of those, the cheapest by the proxy are shown to the agent, as RLRewritePass does (0: all)
     database: str = ""  # MetaSchedule work dir: price kernels with the roofline fitted to its tuned kernels
+    # Or a benchmark JSON whose recorded "proxy" prices kernels (benchmarks/graph_rl.py --proxy-from): training
+    # then sees the same costs as the ablation it is compared with.
+    proxy_from: str = ""
     gamma: float = 0.99
     gae_lambda: float = 0.95
     learning_rate: float = 5e-4
@@ -69,6 +72,7 @@ class TrainConfig:
     workers: int = 1
     torch_threads: int = 1
     work_dir: str = "logs/graph_train"
+    snapshot_every: int = 0  # also keep policy_iterNNNN.pt every this many iterations, for a learning curve (0: no)
     # Python modules imported first, in every worker too, so models they add with `models.register` exist there.
     model_modules: tuple[str, ...] = ()
 
@@ -102,9 +106,34 @@ def import_model_modules(modules: Sequence[str]) -> None:
 
 
 def feature_spec(config: TrainConfig) -> FeatureSpec:
-    """The roofline a run prices kernels and computes node features with: the nominal one, or fitted to
-    `config.database`'s tuned kernels, which is what `RLRewritePass` prices with."""
+    """The roofline a run prices kernels and computes node features with: the nominal one, fitted to
+    `config.database`'s tuned kernels (what `RLRewritePass` prices with), or the one recorded in
+    `config.proxy_from`."""
+    if config.proxy_from:
+        if config.database:
+            raise ValueError("give --database or --proxy-from, not both: each names the roofline to price with")
+        return FeatureSpec.of(recorded_proxy(config.proxy_from), config.target,
+                              source=f"roofline recorded in {config.proxy_from}")
     return FeatureSpec.for_target(config.target, config.database or None)
+
+
+def recorded_proxy(path: str):
+    """The roofline a benchmark JSON recorded under "proxy" (what `benchmarks/graph_rl.py --proxy-from` reads)."""
+    import json
+
+    from .observation import roofline_from_dict
+
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"--proxy-from {path}: cannot read it as JSON ({err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("proxy"), dict):
+        raise ValueError(f"--proxy-from {path}: no \"proxy\" record in it (a benchmarks/graph_rl.py JSON has one)")
+    try:
+        return roofline_from_dict(record["proxy"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"--proxy-from {path}: its \"proxy\" record is unreadable ({type(err).__name__}: {err})"
+                         ) from None
 
 
 def make_env(model: str, config: TrainConfig, features: FeatureSpec | None = None):
@@ -342,6 +371,8 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
             history.append(row)
             meta = {"models": list(config.models), "size": config.size, "iterations": it + 1}
             policy.save(work / "policy.pt", **meta)
+            if config.snapshot_every > 0 and (it + 1) % config.snapshot_every == 0:
+                policy.save(work / f"policy_iter{it + 1:04d}.pt", **meta)
             tmp = ckpt_path.with_suffix(".tmp")
             torch.save({"config": asdict(config), "feature_spec": features.as_dict(),
                         "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
