@@ -21,7 +21,7 @@ TOPHUB = REPO.parent / "shared" / "tophub"
 TRIALS, PER_ITER = 10, 2  # five batches: a first record written late (failed trials before it) still leaves some
 
 
-def command(work_dir: Path, strategy: str = "ppo") -> list[str]:
+def command(work_dir: Path, strategy: str = "evolutionary") -> list[str]:
     return [sys.executable, "-m", "tvm_rl.cli", "tune", "--tophub", "--tophub-dir", str(TOPHUB), "--ops",
             "batch_matmul", "--max-tasks", "1", "--trials", str(TRIALS), "--per-iter", str(PER_ITER), "--walks", "16",
             "--evaluations", "32", "--strategy", strategy, "--work-dir", str(work_dir)]
@@ -44,7 +44,7 @@ def _whole(line: str) -> bool:
 class Run:
     """`tvm-rl tune` in a session of its own, so the test can signal its group and clean up only its processes."""
 
-    def __init__(self, work_dir: Path, strategy: str = "ppo"):
+    def __init__(self, work_dir: Path, strategy: str = "evolutionary"):
         self.proc = subprocess.Popen(command(work_dir, strategy), cwd=REPO, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -99,22 +99,24 @@ def ctrl_c_once_a_batch_is_in(work: Path, strategy: str, timeout: float) -> list
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_evolutionary_search_stops_cleanly(tmp_path):
-    """The default strategy runs its search in TVM's C++, whose parallel rating calls back into Python: a
-    KeyboardInterrupt raised there ended the process with std::terminate (a segfault, exit -11). The interrupt now
-    waits for the round (`interrupt.deferred`) and the run stops as it does with PPOSearch."""
+def test_ctrl_c_during_ppo_search_stops_cleanly(tmp_path):
+    """PPOSearch, an option beside the default, stops on Ctrl-C as the default does (below)."""
     if not TOPHUB.is_dir():
         pytest.skip(f"no TopHub logs at {TOPHUB}")
-    ctrl_c_once_a_batch_is_in(tmp_path / "db", "evolutionary", timeout=180)
+    ctrl_c_once_a_batch_is_in(tmp_path / "db", "ppo", timeout=120)
 
 
 @pytest.mark.slow
 def test_sigint_then_sigkill_lose_nothing_and_rerun_resumes(tmp_path):
+    """With the default strategy, evolutionary search. It runs its search in TVM's C++, whose parallel rating
+    calls back into Python: a KeyboardInterrupt raised there ended the process with std::terminate (a segfault,
+    exit -11); the interrupt now waits for the round (`interrupt.deferred`). Resumed, it measured schedules of the
+    earlier sittings again (6 distinct of 10) until SkipMeasured also keyed the database's records by trace."""
     if not TOPHUB.is_dir():
         pytest.skip(f"no TopHub logs at {TOPHUB}")
     work = tmp_path / "db"
     # 1. Ctrl-C once a batch is in the database.
-    after_sigint = ctrl_c_once_a_batch_is_in(work, "ppo", timeout=120)
+    after_sigint = ctrl_c_once_a_batch_is_in(work, "evolutionary", timeout=180)
     assert all(json.loads(line)[1][1][0] < 1 for line in after_sigint)  # no candidate failed by the interrupt
 
     # 2. The same command resumes; SIGKILL (to the tuning process alone, as the OOM killer would) mid-way.

@@ -33,13 +33,18 @@ class SkipMeasured(PySearchStrategy):
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None) -> None:
         self.max_trials, self.per_iter, self.done = int(max_trials), int(num_trials_per_iter), 0
-        self.seen: set[int] = set()
+        self.seen: set[int] = set()  # the schedules' modules, by structural hash
+        # And their traces, by `trace_key`: a record read back from a JSON database does not give the module its
+        # schedule gave (a boolean annotation such as layout_rewrite_preproc=True comes back as the integer 1),
+        # so the module hashes of the database's records never matched the candidates'.
+        self.seen_traces: set[int] = set()
         # Only this task's records: a model's database holds every kernel's, and replaying them all per task
         # would cost seconds to minutes.
         mod = getattr(getattr(self, "context", None), "mod", None)
         if database is not None and mod is not None and database.has_workload(mod):
             for record in database.get_top_k(database.commit_workload(mod), 1 << 30):
                 self.seen.add(_schedule_hash(record.workload.mod, record.trace))
+                self.seen_traces.add(trace_key(record.trace))
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
@@ -55,11 +60,12 @@ class SkipMeasured(PySearchStrategy):
                 break
             dropped = 0
             for candidate in batch:
-                key = int(tvm_ffi.structural_hash(candidate.sch.mod))
-                if key in self.seen:
+                key, tkey = int(tvm_ffi.structural_hash(candidate.sch.mod)), trace_key(candidate.sch.trace)
+                if key in self.seen or tkey in self.seen_traces:
                     dropped += 1
                     continue
                 self.seen.add(key)
+                self.seen_traces.add(tkey)
                 out.append(candidate)
             self.skipped[0] += dropped
             if len(out) >= want or not dropped:
@@ -76,10 +82,26 @@ class SkipMeasured(PySearchStrategy):
         return SkipMeasured(self.inner.clone(), self.tries, self.skipped)
 
 
+def trace_key(trace) -> int:
+    """A hash of `trace`'s instructions and decisions before postprocessing, with every literal as plain Python
+    (True and 1 alike), so a trace and its copy read back from a JSON database get the same key."""
+    return hash(_plain(trace.as_json(remove_postproc=True)))
+
+
+def _plain(value):
+    if isinstance(value, (list, tuple, tvm_ffi.Array)):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if hasattr(value, "value"):  # IntImm, FloatImm
+        return value.value
+    return str(value)
+
+
 def _schedule_hash(mod: tvm.IRModule, trace) -> int:
     sch = Schedule(mod)
     trace.apply_to_schedule(sch, remove_postproc=False)
     return int(tvm_ffi.structural_hash(sch.mod))
 
 
-__all__ = ["SkipMeasured"]
+__all__ = ["SkipMeasured", "trace_key"]
