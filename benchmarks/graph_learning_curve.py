@@ -66,7 +66,7 @@ def plot(result: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    fig, ax = plt.subplots(figsize=(9.5, 4.2))
     train = result.get("training", [])
     per = result["episodes_per_iteration"]
     if train:
@@ -84,7 +84,7 @@ def plot(result: dict, path: Path) -> Path:
     ax.set_xlabel("training episodes")
     ax.set_ylabel("speedup by the proxy")
     ax.set_title(f"{result['model']} ({result['size']}): learned policy vs arms without learning", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))  # beside the curve, not over it
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
