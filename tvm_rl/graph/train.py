@@ -379,6 +379,7 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
                         "iteration": it + 1, "history": _plain_rows(history)}, tmp)
             tmp.replace(ckpt_path)
             _write_csv(work / "train.csv", history)
+            plot_training(history, work / "train.png")  # each iteration: a stopped run has its curve too
             if progress:
                 print(f"iter {it + 1}/{config.iterations}: return {row['mean_return']:+.2f}, speedup "
                       f"{row['mean_speedup']:.3f}x (best {row['best_speedup']:.3f}x), policy loss "
@@ -389,7 +390,6 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
     finally:
         if pool is not None:
             pool.shutdown()
-    plot_training(history, work / "train.png")
     return policy.eval()
 
 
