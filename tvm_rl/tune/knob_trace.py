@@ -2,7 +2,7 @@
 
 `factorisations` lists a tile knob's values; `_Replay` records what one replay of a design-space trace saw at
 each sampling instruction, and `_legal_locations` probes TVM's own sampler for the compute-at locations it
-accepts. The rest reads traces and schedules: decisions and attributes as plain Python (`_norm`, `_plain`), a
+accepts. The rest reads traces and schedules: decisions and attributes as plain Python (`_norm`, `plain_literal`), a
 trace's structure without its decisions (`_signature`), names for knobs (`_block_of`, `_rv_name`), the GPU
 thread extents a schedule binds (`_bound_extents`) and the message line of a TVM error (`_first_line`).
 """
@@ -90,11 +90,12 @@ def _norm(value: Any) -> Any:
     return value
 
 
-def _plain(value: Any) -> Any:
-    """A literal as plain Python, or its text when it has no plainer form."""
+def plain_literal(value: Any) -> Any:
+    """A literal as plain Python (IntImm and bool alike as their value, arrays as tuples), or its text when it has
+    no plainer form."""
     value = _norm(value)
     if isinstance(value, tuple):
-        return tuple(_plain(v) for v in value)
+        return tuple(plain_literal(v) for v in value)
     return value if isinstance(value, (int, float, str)) or value is None else str(value)
 
 
@@ -105,10 +106,10 @@ def _signature(insts: Sequence[Any]) -> list[tuple]:
     made: dict[Any, tuple[int, int]] = {}
     out = []
     for i, inst in enumerate(insts):
-        attrs = tuple(_plain(a) for a in inst.attrs)
+        attrs = tuple(plain_literal(a) for a in inst.attrs)
         inputs = []
         for x in inst.inputs:
-            inputs.append(("rv",) + made[x] if x is not None and x in made else ("lit", _plain(x)))
+            inputs.append(("rv",) + made[x] if x is not None and x in made else ("lit", plain_literal(x)))
         if inst.kind.name == "Annotate" and attrs[:1] == ("meta_schedule.parallel",):
             inputs = inputs[:1]
         out.append((inst.kind.name, attrs, tuple(inputs)))
@@ -149,4 +150,4 @@ def _rv_name(sch: Schedule, rv: Any) -> str:
     return node.name_hint if hasattr(node, "name_hint") else node.loop_var.name
 
 
-__all__ = ["factorisations"]
+__all__ = ["factorisations", "plain_literal"]

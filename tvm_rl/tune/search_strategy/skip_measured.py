@@ -14,6 +14,8 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
+from ..knob_trace import plain_literal
+
 
 @derived_object
 class SkipMeasured(PySearchStrategy):
@@ -35,8 +37,8 @@ class SkipMeasured(PySearchStrategy):
         self.max_trials, self.per_iter, self.done = int(max_trials), int(num_trials_per_iter), 0
         self.seen: set[int] = set()  # the schedules' modules, by structural hash
         # And their traces, by `trace_key`: a record read back from a JSON database does not give the module its
-        # schedule gave (a boolean annotation such as layout_rewrite_preproc=True comes back as the integer 1),
-        # so the module hashes of the database's records never matched the candidates'.
+        # schedule gave when the schedule has a boolean annotation (layout_rewrite_preproc=True comes back as the
+        # integer 1), so for such schedules the module hashes of the database's records missed the candidates'.
         self.seen_traces: set[int] = set()
         # Only this task's records: a model's database holds every kernel's, and replaying them all per task
         # would cost seconds to minutes.
@@ -85,17 +87,7 @@ class SkipMeasured(PySearchStrategy):
 def trace_key(trace) -> int:
     """A hash of `trace`'s instructions and decisions before postprocessing, with every literal as plain Python
     (True and 1 alike), so a trace and its copy read back from a JSON database get the same key."""
-    return hash(_plain(trace.as_json(remove_postproc=True)))
-
-
-def _plain(value):
-    if isinstance(value, (list, tuple, tvm_ffi.Array)):
-        return tuple(_plain(v) for v in value)
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    if hasattr(value, "value"):  # IntImm, FloatImm
-        return value.value
-    return str(value)
+    return hash(plain_literal(trace.as_json(remove_postproc=True)))
 
 
 def _schedule_hash(mod: tvm.IRModule, trace) -> int:
