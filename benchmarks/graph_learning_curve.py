@@ -141,6 +141,7 @@ def main(argv=None) -> None:
     ablation.evaluate(mod, args.arms, args.seeds, price, settings, done=result["arms"], on_run=arm_done)
     result["arm_summary"] = {a: ablation.summarise(rows) for a, rows in result["arms"].items() if a in args.arms}
     best = max(result["arm_summary"], key=lambda a: result["arm_summary"][a]["mean"])
+    vs_best = lambda summary: summary["mean"] / result["arm_summary"][best]["mean"] - 1  # noqa: E731
     for it, path in snapshots(work, args.every):
         key = f"{it:04d}"
         entry = result["snapshots"].setdefault(key, {"iteration": it, "runs": []})
@@ -148,8 +149,7 @@ def main(argv=None) -> None:
         runs = ablation.evaluate(mod, ["trained"], args.seeds, price, snap, done={"trained": entry["runs"]})
         entry["runs"] = runs["trained"]
         entry["summary"] = ablation.summarise(entry["runs"])
-        gain = entry["summary"]["mean"] / result["arm_summary"][best]["mean"] - 1
-        print(f"iteration {it}: {ablation.cell(entry['summary'])} ({gain:+.1%} vs {best}) "
+        print(f"iteration {it}: {ablation.cell(entry['summary'])} ({vs_best(entry['summary']):+.1%} vs {best}) "
               f"[{time.perf_counter() - t0:.0f} s]", flush=True)
         save()
     result["best_non_learned"] = best
@@ -158,11 +158,11 @@ def main(argv=None) -> None:
     print(f"\n{args.model} ({args.size}), proxy speedup in the pass, mean ± 95% t-interval over seeds {args.seeds}")
     print("| arm or snapshot | training episodes | speedup | vs the best arm |\n|---|---|---|---|")
     for arm, s in sorted(result["arm_summary"].items(), key=lambda kv: -kv[1]["mean"]):
-        print(f"| {arm} | - | {ablation.cell(s)} | {s['mean'] / result['arm_summary'][best]['mean'] - 1:+.1%} |")
+        print(f"| {arm} | - | {ablation.cell(s)} | {vs_best(s):+.1%} |")
     for key in sorted(result["snapshots"]):
         s = result["snapshots"][key]
         print(f"| policy, iteration {s['iteration']} | {s['iteration'] * per} | {ablation.cell(s['summary'])} | "
-              f"{s['summary']['mean'] / result['arm_summary'][best]['mean'] - 1:+.1%} |")
+              f"{vs_best(s['summary']):+.1%} |")
     print(f"wrote {out}; plot {plot(result, out.with_suffix('.png'))}")
 
 

@@ -36,7 +36,7 @@ from graph_search import (  # noqa: E402
 
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.graph import ablation, cost  # noqa: E402
-from tvm_rl.graph.observation import roofline_from_dict  # noqa: E402
+from tvm_rl.graph.calibration import recorded_proxy  # noqa: E402
 
 
 def add_arm_args(ap: argparse.ArgumentParser, default_arms: tuple[str, ...] = ablation.ALL) -> None:
@@ -60,7 +60,7 @@ def add_arm_args(ap: argparse.ArgumentParser, default_arms: tuple[str, ...] = ab
 def proxy_of(target, args):
     """The roofline the arms are priced with (see --proxy-from), and where it came from."""
     if args.proxy_from:
-        return roofline_from_dict(json.loads(Path(args.proxy_from).read_text())["proxy"]), args.proxy_from
+        return recorded_proxy(args.proxy_from), args.proxy_from
     return proxy_hardware(target, args.database), args.database or "nominal"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import tvm
@@ -150,6 +151,24 @@ def proxy_roofline(target: tvm.target.Target | str, database: DatabaseLike = Non
         return tuned_roofline(folder, target)
     except ValueError:  # records, but none measured successfully
         return roofline.default_hardware(target)
+
+
+def recorded_proxy(path: str | os.PathLike) -> roofline.Roofline:
+    """The roofline a graph benchmark's JSON recorded under "proxy" (`benchmarks/graph_rl.py --proxy-from`,
+    `tvm-rl train --proxy-from`); ValueError naming the file and what is wrong with it."""
+    from .observation import roofline_from_dict
+
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"--proxy-from {path}: cannot read it as JSON ({err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("proxy"), dict):
+        raise ValueError(f"--proxy-from {path}: no \"proxy\" record in it (a benchmarks/graph_rl.py JSON has one)")
+    try:
+        return roofline_from_dict(record["proxy"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"--proxy-from {path}: its \"proxy\" record is unreadable ({type(err).__name__}: {err})"
+                         ) from None
 
 
 def fit_error(model: roofline.Roofline, kernels: list[TunedKernel]) -> dict[str, float]:

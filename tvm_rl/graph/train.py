@@ -112,28 +112,11 @@ def feature_spec(config: TrainConfig) -> FeatureSpec:
     if config.proxy_from:
         if config.database:
             raise ValueError("give --database or --proxy-from, not both: each names the roofline to price with")
+        from .calibration import recorded_proxy
+
         return FeatureSpec.of(recorded_proxy(config.proxy_from), config.target,
                               source=f"roofline recorded in {config.proxy_from}")
     return FeatureSpec.for_target(config.target, config.database or None)
-
-
-def recorded_proxy(path: str):
-    """The roofline a benchmark JSON recorded under "proxy" (what `benchmarks/graph_rl.py --proxy-from` reads)."""
-    import json
-
-    from .observation import roofline_from_dict
-
-    try:
-        record = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"--proxy-from {path}: cannot read it as JSON ({err})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("proxy"), dict):
-        raise ValueError(f"--proxy-from {path}: no \"proxy\" record in it (a benchmarks/graph_rl.py JSON has one)")
-    try:
-        return roofline_from_dict(record["proxy"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"--proxy-from {path}: its \"proxy\" record is unreadable ({type(err).__name__}: {err})"
-                         ) from None
 
 
 def make_env(model: str, config: TrainConfig, features: FeatureSpec | None = None):
