@@ -4,7 +4,9 @@ X-RLflow's shape: an input node/edge update (GN) layer, several graph-attention 
 Graphs are batched the way PyTorch Geometric does it (nodes of all graphs concatenated, edges offset, a
 graph index per node), so any number of graphs of any size go through in one call. Dataflow edges are used
 in both directions (a direction flag joins the edge features): a rewrite's effect on cost depends on both
-producers and consumers. Self-loops let a node keep its own state in attention.
+producers and consumers. Self-loops let a node keep its own state in attention. By default each distinct node
+is computed once (`gnn_plan.shared_plan`): a decision's candidate graphs are near copies of each other, and
+computing all of them was most of a PPO update's time.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .gnn_plan import Level, Plan, plain_plan, shared_plan
 from .observation import EDGE_FEATURES, GLOBAL_FEATURES, NODE_FEATURES, GraphTensors
 
 
@@ -23,15 +26,21 @@ class GraphBatch:
     """Several graphs as one: nodes (N, F), edges (2, E) as (source, target) rows, edge features (E, Fe),
     the graph each node belongs to (N,), and per-graph features (G, Fg)."""
 
-    nodes: torch.Tensor
-    edges: torch.Tensor
-    edge_features: torch.Tensor
-    node_graph: torch.Tensor
+    nodes: np.ndarray
+    edges: np.ndarray
+    edge_features: np.ndarray
+    node_graph: np.ndarray
     globals: torch.Tensor
 
     @property
     def n_graphs(self) -> int:
         return self.globals.shape[0]
+
+    def plan(self, layers: int, shared: bool = True) -> Plan:
+        """The encoder's work for this batch over `layers` message-passing layers: each distinct node once
+        (`shared`), or every node."""
+        make = shared_plan if shared else plain_plan
+        return make(self.nodes, self.edges, self.edge_features, self.node_graph, self.n_graphs, layers)
 
 
 def batch_graphs(graphs: Sequence[GraphTensors], globals_: np.ndarray) -> GraphBatch:
@@ -39,10 +48,10 @@ def batch_graphs(graphs: Sequence[GraphTensors], globals_: np.ndarray) -> GraphB
     offsets = np.cumsum([0] + [len(g.nodes) for g in graphs])
     edges = [g.edges + off for g, off in zip(graphs, offsets)]
     return GraphBatch(
-        nodes=torch.from_numpy(np.concatenate([g.nodes for g in graphs])),
-        edges=torch.from_numpy(np.concatenate(edges).reshape(-1, 2).T.copy()),
-        edge_features=torch.from_numpy(np.concatenate([g.edge_features for g in graphs])),
-        node_graph=torch.from_numpy(np.repeat(np.arange(len(graphs)), np.diff(offsets))),
+        nodes=np.concatenate([g.nodes for g in graphs]).astype(np.float32, copy=False),
+        edges=np.concatenate(edges).reshape(-1, 2).T.astype(np.int64),
+        edge_features=np.concatenate([g.edge_features for g in graphs]).astype(np.float32, copy=False),
+        node_graph=np.repeat(np.arange(len(graphs)), np.diff(offsets)),
         globals=torch.as_tensor(np.asarray(globals_, np.float32)))
 
 
@@ -74,12 +83,15 @@ class GraphNetLayer(nn.Module):
         self.node = _mlp(3 * hidden, hidden, hidden)
         self.norm_e, self.norm_n = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
 
-    def forward(self, h: torch.Tensor, e: torch.Tensor, edges: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        src, dst = edges
-        e = self.norm_e(e + self.edge(torch.cat([h[src], h[dst], e], 1)))
-        n = h.shape[0]
-        h = self.norm_n(h + self.node(torch.cat([h, scatter_mean(e, dst, n), scatter_mean(e, src, n)], 1)))
-        return h, e
+    def forward(self, h: torch.Tensor, e: torch.Tensor, edge_src: torch.Tensor, edge_dst: torch.Tensor,
+                level: Level) -> tuple[torch.Tensor, torch.Tensor]:
+        """(node states of `level`, updated states of the edges `e`, whose ends are `edge_src`/`edge_dst` in `h`)."""
+        e = self.norm_e(e + self.edge(torch.cat([h[edge_src], h[edge_dst], e], 1)))
+        n, own = level.n_out, h[level.self_index]
+        assert level.out_edge is not None and level.out_owner is not None
+        into = scatter_mean(e[level.edge], level.owner, n)
+        out_of = scatter_mean(e[level.out_edge], level.out_owner, n)
+        return self.norm_n(own + self.node(torch.cat([own, into, out_of], 1))), e
 
 
 class GATLayer(nn.Module):
@@ -97,16 +109,17 @@ class GATLayer(nn.Module):
         self.ff = _mlp(hidden, 2 * hidden, hidden)
         self.norm_ff = nn.LayerNorm(hidden)
 
-    def forward(self, h: torch.Tensor, e: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
-        src, dst = edges  # messages flow src -> dst
-        n, H, D = h.shape[0], self.heads, self.dim
-        q = self.q(h)[dst].view(-1, H, D)
-        k = (self.k(h)[src] + self.edge_k(e)).view(-1, H, D)
-        att = segment_softmax((q * k).sum(-1) / D ** 0.5, dst, n)  # (E, H)
-        msg = (att.unsqueeze(-1) * self.v(h)[src].view(-1, H, D)).reshape(-1, H * D)
-        agg = torch.zeros_like(h).index_add_(0, dst, msg)
-        h = self.norm(h + self.out(agg))
-        return self.norm_ff(h + self.ff(h))
+    def forward(self, h: torch.Tensor, e: torch.Tensor, level: Level) -> torch.Tensor:
+        """Node states of `level` from states `h` and edge states `e` (messages flow source -> owner)."""
+        n, H, D = level.n_out, self.heads, self.dim
+        own = h[level.self_index]
+        q = self.q(own)[level.owner].view(-1, H, D)
+        k = (self.k(h)[level.src] + self.edge_k(e)[level.edge]).view(-1, H, D)
+        att = segment_softmax((q * k).sum(-1) / D ** 0.5, level.owner, n)  # (E, H)
+        msg = (att.unsqueeze(-1) * self.v(h)[level.src].view(-1, H, D)).reshape(-1, H * D)
+        agg = torch.zeros(n, h.shape[1], dtype=h.dtype).index_add_(0, level.owner, msg)
+        own = self.norm(own + self.out(agg))
+        return self.norm_ff(own + self.ff(own))
 
 
 class GraphEncoder(nn.Module):
@@ -122,21 +135,22 @@ class GraphEncoder(nn.Module):
         self.gat = nn.ModuleList(GATLayer(hidden, heads) for _ in range(gat_layers))
         self.global_out = _mlp(3 * hidden, hidden, hidden)
 
-    def forward(self, batch: GraphBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        n, g = batch.nodes.shape[0], batch.n_graphs
-        loops = torch.arange(n).expand(2, n)
-        edges = torch.cat([batch.edges, batch.edges.flip(0), loops], 1)
-        ef = batch.edge_features
-        fwd = torch.cat([ef, torch.ones(len(ef), 1)], 1)
-        bwd = torch.cat([ef, -torch.ones(len(ef), 1)], 1)
-        e = self.edge_in(torch.cat([fwd, bwd, torch.zeros(n, ef.shape[1] + 1)], 0))
-        h = self.node_in(batch.nodes)
-        h, e = self.graph_net(h, e, edges)
-        for layer in self.gat:
-            h = layer(h, e, edges)
-        mean = scatter_mean(h, batch.node_graph, g)
-        top = torch.full((g, self.hidden), -torch.inf).scatter_reduce(
-            0, batch.node_graph.unsqueeze(1).expand_as(h), h, "amax", include_self=True)
+    def forward(self, batch: GraphBatch, shared: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """(graph embeddings (G, hidden), node states (N, hidden)); `shared` computes each distinct node once
+        (`gnn_plan`), which gives the same result as computing all of them."""
+        plan = batch.plan(1 + len(self.gat), shared)
+        h = self.node_in(plan.node_inputs)
+        e = self.edge_in(plan.edge_inputs)
+        h, e = self.graph_net(h, e, plan.edge_src, plan.edge_dst, plan.levels[0])
+        for layer, level in zip(self.gat, plan.levels[1:]):
+            h = layer(h, e, level)
+        g = plan.n_graphs
+        rows = h[plan.readout_state]
+        weighted = rows * plan.readout_count.unsqueeze(1)  # a state stands for this many of the graph's nodes
+        mean = torch.zeros(g, self.hidden, dtype=rows.dtype).index_add_(0, plan.readout_graph, weighted)
+        mean = mean / plan.n_nodes.clamp(min=1).unsqueeze(1)
+        top = torch.full((g, self.hidden), -torch.inf, dtype=rows.dtype).scatter_reduce(
+            0, plan.readout_graph.unsqueeze(1).expand_as(rows), rows, "amax", include_self=True)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))  # graphs without nodes
         z = self.global_out(torch.cat([mean, top, self.global_in(batch.globals)], 1))
-        return z, h
+        return z, h[plan.node_state]
