@@ -80,3 +80,21 @@ def test_the_shipped_policy_is_found_by_target_kind(tmp_path, monkeypatch):
     assert agent_module.shipped_policy("llvm") == tmp_path / "policy_llvm.pt"
     assert PPOAgent.load(str(agent_module.shipped_policy("llvm"))).config.walks == SMALL.walks
     assert agent_module.shipped_policy("cuda") is None
+
+
+def test_the_comparison_pairs_runs_and_resamples_whole_workloads():
+    from tvm_rl.tune.policy_pretrain import compare_summary
+
+    rows = []
+    for workload, diffs in (("a", [0.1, 0.1, 0.1]), ("b", [-0.1, -0.1, -0.1]), ("c", [0.05, -0.05, 0.3])):
+        for seed, d in enumerate(diffs):
+            rows += [{"workload": workload, "seed": seed, "walker": "untrained", "best": 0.5},
+                     {"workload": workload, "seed": seed, "walker": "policy", "best": 0.5 + d}]
+    rows.append({"workload": "d", "seed": 0, "walker": "policy", "best": 0.9})  # no partner: not counted
+    s = compare_summary(rows, "best")
+    assert (s["wins"], s["runs"]) == (5, 9)
+    assert abs(s["mean"] - 0.3 / 9) < 1e-9
+    # Workloads are resampled whole: an interval that cannot go past the best and worst workload's means.
+    assert -0.1 - 1e-9 <= s["low"] < s["mean"] < s["high"] <= 0.1 + 1e-9
+    with pytest.raises(ValueError, match="top_mean"):
+        compare_summary(rows, "top_mean")

@@ -236,7 +236,7 @@ def _compare_policy(args: argparse.Namespace) -> int:
 
     from .agent import PPOAgent
     from .corpus import Corpus
-    from .policy_pretrain import compare_walkers, select_workloads
+    from .policy_pretrain import compare_summary, compare_walkers, select_workloads
 
     corpus = Corpus(args.corpus)
     model = Path(args.model) if args.model else corpus.path / "cost_model.npz"
@@ -246,11 +246,11 @@ def _compare_policy(args: argparse.Namespace) -> int:
     walkers = {"policy": trained, "untrained": PPOAgent(replace(trained.config))}
     rows = compare_walkers(corpus, model, walkers, names, args.batch, range(args.seeds),
                            write=lambda line: print(line, flush=True))
-    ratio = [p["top_mean"] - u["top_mean"] for p, u in zip(rows[::2], rows[1::2])
-             if p["top_mean"] is not None and u["top_mean"] is not None]
-    wins = sum(r > 0 for r in ratio)
-    print(f"policy's top-{args.batch} mean rating above the untrained agent's in {wins} of {len(ratio)} runs "
-          f"(mean difference {sum(ratio) / max(len(ratio), 1):+.4f}, by the cost model: not a measurement)")
+    for key, label in (("best", "best rating"), ("top_mean", f"top-{args.batch} mean rating")):
+        d = compare_summary(rows, key)
+        print(f"policy's {label} above the untrained agent's in {d['wins']} of {d['runs']} runs, mean difference "
+              f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] (95%, workloads resampled; by the cost model: "
+              "not a measurement)")
     out = Path(args.out or f"logs/policy_compare_{corpus.target().kind.name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"policy": str(policy), "model": str(model), "rows": rows}, indent=1) + "\n")

@@ -116,8 +116,32 @@ def compare_walkers(corpus: str | Path | Corpus, model_path: str | Path, walkers
     return rows
 
 
+def compare_summary(rows: Sequence[dict[str, Any]], key: str, resamples: int = 10000, seed: int = 0
+                    ) -> dict[str, float]:
+    """The policy's `key` ("best" or "top_mean") minus the untrained agent's, over `compare_walkers`' runs: wins
+    (runs where it is higher), the mean difference and its 95% interval from resampling workloads (a workload's
+    seeds stay together: they share its design space)."""
+    pairs: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if r.get(key) is not None:
+            pairs.setdefault((r["workload"], r["seed"]), {})[r["walker"]] = r[key]
+    diffs: dict[str, list[float]] = {}
+    for (workload, _), p in pairs.items():
+        if "policy" in p and "untrained" in p:
+            diffs.setdefault(workload, []).append(p["policy"] - p["untrained"])
+    if not diffs:
+        raise ValueError(f"no run has both walkers' {key!r}")
+    groups = list(diffs.values())
+    rng = np.random.default_rng(seed)
+    means = [np.mean(np.concatenate([groups[i] for i in rng.integers(len(groups), size=len(groups))]))
+             for _ in range(resamples)]
+    every = np.concatenate(groups)
+    return {"wins": int((every > 0).sum()), "runs": len(every), "mean": float(every.mean()),
+            "low": float(np.percentile(means, 2.5)), "high": float(np.percentile(means, 97.5))}
+
+
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-__all__ = ["compare_walkers", "pretrain_policy", "select_workloads"]
+__all__ = ["compare_summary", "compare_walkers", "pretrain_policy", "select_workloads"]
