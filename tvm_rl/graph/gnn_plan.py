@@ -81,8 +81,7 @@ def plain_plan(nodes: np.ndarray, edges: np.ndarray, edge_features: np.ndarray, 
     first = Level(n, every_node, t(src), every_edge, t(dst), every_edge, t(src))
     rest = [Level(n, every_node, t(src), every_edge, t(dst)) for _ in range(layers - 1)]
     return Plan(torch.from_numpy(nodes), torch.from_numpy(feats), t(src), t(dst), [first, *rest],
-                t(node_graph), every_node, torch.ones(n), every_node, n_graphs,
-                torch.from_numpy(np.bincount(node_graph, minlength=n_graphs).astype(np.float32)))
+                t(node_graph), every_node, torch.ones(n), every_node, n_graphs, _nodes_per_graph(node_graph, n_graphs))
 
 
 def shared_plan(nodes: np.ndarray, edges: np.ndarray, edge_features: np.ndarray, node_graph: np.ndarray,
@@ -114,7 +113,12 @@ def shared_plan(nodes: np.ndarray, edges: np.ndarray, edge_features: np.ndarray,
     counts = np.bincount(per_graph).astype(np.float32)
     return Plan(torch.from_numpy(nodes[node_rep]), torch.from_numpy(feats[edge_rep]), t(c0[src[edge_rep]]),
                 t(c0[dst[edge_rep]]), levels, t(node_graph[first]), t(colour[first]), torch.from_numpy(counts),
-                t(colour), n_graphs, torch.from_numpy(np.bincount(node_graph, minlength=n_graphs).astype(np.float32)))
+                t(colour), n_graphs, _nodes_per_graph(node_graph, n_graphs))
+
+
+def _nodes_per_graph(node_graph: np.ndarray, n_graphs: int) -> torch.Tensor:
+    """How many nodes each graph has (the read-out's mean divides by it), as floats."""
+    return torch.from_numpy(np.bincount(node_graph, minlength=n_graphs).astype(np.float32))
 
 
 def _long(a: np.ndarray) -> torch.Tensor:
