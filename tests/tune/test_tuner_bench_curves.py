@@ -1,6 +1,6 @@
 """The tuner benchmark's trials-to-target curves, plot and tables (no tuning)."""
 from tvm_rl.tune import bench_stats
-from tvm_rl.tune.benchmark import format_table, format_tasks, plot_reach, reach_fractions, summarise
+from tvm_rl.tune.benchmark import format_cost, format_table, format_tasks, plot_reach, reach_fractions, summarise
 
 
 def run(task, arm, seed, retimed, n=3):
@@ -35,3 +35,10 @@ def test_tables_show_censoring_and_ratios():
 def test_old_format_runs_give_an_explicit_empty_table():
     old = [{"task": "t", "strategy": "ppo", "seed": 0, "curve": [1.0], "wall_seconds": 3.0}]
     assert "no re-timed runs" in format_table(summarise(old, 32), 32)
+
+
+def test_cost_line_of_a_run_stopped_before_anything_was_charged():
+    """A report on a JSON whose runs were stopped part-way has no total yet: the line says 0, it does not fail."""
+    line = format_cost({"shared_seconds": 1800.0}, {"evolutionary": 3600.0, "ppo": 720.0})
+    assert line == ("cost: evolutionary 1.00 h, ppo 0.20 h; shared batches 0.50 h, re-timing 0.00 h, waiting for "
+                    "the cores 0.00 h; total 0.00 h")

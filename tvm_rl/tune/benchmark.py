@@ -220,6 +220,17 @@ def plot_reach(runs: list[dict], trials: int, path: Path, marks: list[int] | Non
     plt.close(fig)
 
 
+def format_cost(cost: dict[str, float], by_arm: dict[str, float]) -> str:
+    """One line of what the benchmark cost in hours: each arm's runs, the shared batches, re-timing, waiting for
+    the cores, and the total (0 where nothing was charged yet)."""
+    def hours(key: str) -> str:
+        return f"{cost.get(key, 0.0) / 3600:.2f} h"
+
+    return ("cost: " + ", ".join(f"{a} {s / 3600:.2f} h" for a, s in by_arm.items())
+            + f"; shared batches {hours('shared_seconds')}, re-timing {hours('retime_seconds')}, waiting for the "
+            f"cores {hours('load_wait_seconds')}; total {hours('total_seconds')}")
+
+
 def project_tophub() -> str | None:
     """The project's shared TopHub logs (../shared/tophub beside the checkout), when the environment names none."""
     shared = Path(__file__).resolve().parents[3] / "shared" / "tophub"
@@ -337,7 +348,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 "model for *-pretrained arms; MetaSchedule strategies' model is first trained on the shared batch"}
     state = _load_state(out, settings, update=not args.report)
     cost = state.setdefault("cost", {})
-    started = time.perf_counter()
+    clock = [time.perf_counter()]
+
+    def charge() -> None:
+        # Charged before every save, so a run stopped part-way (Ctrl-C, a lease's end) keeps what it spent.
+        now = time.perf_counter()
+        cost["total_seconds"] = round(cost.get("total_seconds", 0.0) + now - clock[0], 1)
+        clock[0] = now
+
     preload_tensor_intrinsics()
     runner = builder = None
     done = {(r["task"], r["arm"], r["seed"]) for r in state["runs"]}
@@ -365,6 +383,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         run["load"] = {**load, "end": [round(x, 2) for x in os.getloadavg()]}
         state["runs"].append(run)
         cost["load_wait_seconds"] = cost.get("load_wait_seconds", 0.0) + load["waited_seconds"]
+        charge()
         _save(out, state)
         print(f"[{i + 1}/{len(todo)}] {task} {arm.name} seed {seed}: {run['trials']} trials ({run['shared']} shared), "
               f"best {bench_runs.best_tuning_us(run):.1f} us at tuning time, {run['wall_seconds']:.0f} s, other "
@@ -377,6 +396,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             info = bench_runs.retime_task(tasks[task].mod(), mine, target, measuring, args.retime_passes)
             state["retime"][task] = info
             cost["retime_seconds"] = cost.get("retime_seconds", 0.0) + info["seconds"]
+            charge()
             _save(out, state)
     runs = [r for r in state["runs"] if r["task"] in tasks]
     rows = summarise(runs, budgets)
@@ -384,21 +404,19 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     for r in state["runs"]:
         by_arm[r["arm"]] = by_arm.get(r["arm"], 0.0) + r["wall_seconds"]
     cost["run_seconds_by_arm"] = {a: round(s, 1) for a, s in by_arm.items()}
-    if not args.report:  # a report's re-timing is recorded in retime_seconds; its reading costs nothing worth it
-        cost["total_seconds"] = round(cost.get("total_seconds", 0.0) + time.perf_counter() - started, 1)
+    if not args.report:  # a report's reading costs nothing worth counting; its re-timing was charged above
+        charge()
     state.update(summary=rows, targets=task_targets(runs))
     _save(out, state)
     print(format_table(rows, budgets))
     print(f"\nmedian re-timed best latency at N = {budgets[-1]} (us):\n" + format_tasks(runs, budgets[-1]))
-    print("\ncost: " + ", ".join(f"{a} {s / 3600:.2f} h" for a, s in by_arm.items())
-          + f"; shared batches {cost.get('shared_seconds', 0) / 3600:.2f} h, re-timing "
-          f"{cost.get('retime_seconds', 0) / 3600:.2f} h, waiting for the cores "
-          f"{cost.get('load_wait_seconds', 0) / 3600:.2f} h; total {cost['total_seconds'] / 3600:.2f} h")
+    print("\n" + format_cost(cost, by_arm))
     png = out.with_suffix(".png")
     plot_reach(runs, budgets[-1], png, marks=budgets + [max(1, b // 5) for b in budgets], shared=args.per_iter)
     print(f"wrote {out} and {png}")
     return 0
 
 
-__all__ = ["ARMS", "QUICK_TASKS", "TASKS", "default_arm", "format_table", "format_tasks", "main", "make_arms",
-           "plot_reach", "project_tophub", "reach_fractions", "resolve_tasks", "summarise", "transformer_tasks"]
+__all__ = ["ARMS", "QUICK_TASKS", "TASKS", "default_arm", "format_cost", "format_table", "format_tasks", "main",
+           "make_arms", "plot_reach", "project_tophub", "reach_fractions", "resolve_tasks", "summarise",
+           "transformer_tasks"]
