@@ -82,19 +82,37 @@ def test_the_shipped_policy_is_found_by_target_kind(tmp_path, monkeypatch):
     assert agent_module.shipped_policy("cuda") is None
 
 
-def test_the_comparison_pairs_runs_and_resamples_whole_workloads():
-    from tvm_rl.tune.policy_pretrain import compare_summary
-
+def _compare_rows(diffs_by_workload):
     rows = []
-    for workload, diffs in (("a", [0.1, 0.1, 0.1]), ("b", [-0.1, -0.1, -0.1]), ("c", [0.05, -0.05, 0.3])):
+    for workload, diffs in diffs_by_workload:
         for seed, d in enumerate(diffs):
             rows += [{"workload": workload, "seed": seed, "walker": "untrained", "best": 0.5},
                      {"workload": workload, "seed": seed, "walker": "policy", "best": 0.5 + d}]
+    return rows
+
+
+def test_the_comparison_pairs_runs_and_uses_the_benchmarks_cluster_bootstrap():
+    from tvm_rl.tune.bench_stats import cluster_bootstrap
+    from tvm_rl.tune.policy_pretrain import compare_summary
+
+    rows = _compare_rows((("a", [0.1, 0.1, 0.1]), ("b", [-0.1, -0.1, -0.1]), ("c", [0.05, -0.05, 0.3])))
     rows.append({"workload": "d", "seed": 0, "walker": "policy", "best": 0.9})  # no partner: not counted
-    s = compare_summary(rows, "best")
+    s = compare_summary(rows, "best", resamples=500)
     assert (s["wins"], s["runs"]) == (5, 9)
     assert abs(s["mean"] - 0.3 / 9) < 1e-9
-    # Workloads are resampled whole: an interval that cannot go past the best and worst workload's means.
-    assert -0.1 - 1e-9 <= s["low"] < s["mean"] < s["high"] <= 0.1 + 1e-9
+    # The interval is the tuner benchmark's two-level one (workloads, then seeds within each), not a second recipe.
+    groups = [[0.1, 0.1, 0.1], [-0.1, -0.1, -0.1], [0.05, -0.05, 0.3]]
+    expect = cluster_bootstrap([[x + 0.5 - 0.5 for x in g] for g in groups], n_boot=500, seed=0)
+    assert abs(s["low"] - expect[1]) < 1e-9 and abs(s["high"] - expect[2]) < 1e-9
     with pytest.raises(ValueError, match="top_mean"):
         compare_summary(rows, "top_mean")
+
+
+def test_the_comparison_keeps_a_workloads_seeds_together():
+    """When every seed of a workload gives the same difference, only workloads vary: the interval cannot go past the
+    best and worst workload; pooling runs across workloads would ignore that they share a design space."""
+    from tvm_rl.tune.policy_pretrain import compare_summary
+
+    s = compare_summary(_compare_rows((("a", [0.2] * 3), ("b", [-0.1] * 3), ("c", [0.0] * 3))), "best",
+                        resamples=500)
+    assert -0.1 - 1e-9 <= s["low"] < s["mean"] < s["high"] <= 0.2 + 1e-9

@@ -119,8 +119,10 @@ def compare_walkers(corpus: str | Path | Corpus, model_path: str | Path, walkers
 def compare_summary(rows: Sequence[dict[str, Any]], key: str, resamples: int = 10000, seed: int = 0
                     ) -> dict[str, float]:
     """The policy's `key` ("best" or "top_mean") minus the untrained agent's, over `compare_walkers`' runs: wins
-    (runs where it is higher), the mean difference and its 95% interval from resampling workloads (a workload's
-    seeds stay together: they share its design space)."""
+    (runs where it is higher), the mean difference (each workload weighing the same) and its 95% interval from
+    `bench_stats.cluster_bootstrap`, the tuner benchmark's: workloads resampled, then seeds within each."""
+    from .bench_stats import cluster_bootstrap
+
     pairs: dict[tuple, dict[str, float]] = {}
     for r in rows:
         if r.get(key) is not None:
@@ -131,13 +133,9 @@ def compare_summary(rows: Sequence[dict[str, Any]], key: str, resamples: int = 1
             diffs.setdefault(workload, []).append(p["policy"] - p["untrained"])
     if not diffs:
         raise ValueError(f"no run has both walkers' {key!r}")
-    groups = list(diffs.values())
-    rng = np.random.default_rng(seed)
-    means = [np.mean(np.concatenate([groups[i] for i in rng.integers(len(groups), size=len(groups))]))
-             for _ in range(resamples)]
-    every = np.concatenate(groups)
-    return {"wins": int((every > 0).sum()), "runs": len(every), "mean": float(every.mean()),
-            "low": float(np.percentile(means, 2.5)), "high": float(np.percentile(means, 97.5))}
+    mean, low, high = cluster_bootstrap(list(diffs.values()), n_boot=resamples, seed=seed)
+    every = np.concatenate(list(diffs.values()))
+    return {"wins": int((every > 0).sum()), "runs": len(every), "mean": mean, "low": low, "high": high}
 
 
 def _fmt(value: float | None) -> str:
