@@ -35,7 +35,7 @@ out.mkdir(parents=True, exist_ok=True)
 target = measure.host_cpu_target()
 
 # 1. TopHub: every distinct workload of TVM's pre-tuned logs, with the best latency recorded per device.
-tasks = {t.name: t for t in load_tasks(tophub_dir(benchmark.project_tophub()))}
+tasks = {t.name: t for t in load_tasks(tophub_dir())}  # $TVM_RL_TOPHUB_DIR, else ~/.tvm/tophub
 kinds = collections.Counter(name.split("_n1")[0].split("_b1")[0] for name in tasks)
 print(f"{len(tasks)} TopHub tasks: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common(6)) + ", ...")
 

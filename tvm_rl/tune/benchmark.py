@@ -118,7 +118,7 @@ def resolve_tasks(names: list[str], tophub: str | None) -> dict[str, TophubTask]
     known = transformer_tasks()
     rest = [n for n in names if n not in known]
     if rest:
-        known.update({t.name: t for t in load_tasks(tophub_dir(tophub or project_tophub()))})
+        known.update({t.name: t for t in load_tasks(tophub_dir(tophub))})
     missing = [n for n in names if n not in known]
     if missing:
         raise SystemExit(f"unknown task(s) {missing}: give TopHub task names (like {TASKS[0]}) or one of the "
@@ -229,12 +229,6 @@ def format_cost(cost: dict[str, float], by_arm: dict[str, float]) -> str:
     return ("cost: " + ", ".join(f"{a} {s / 3600:.2f} h" for a, s in by_arm.items())
             + f"; shared batches {hours('shared_seconds')}, re-timing {hours('retime_seconds')}, waiting for the "
             f"cores {hours('load_wait_seconds')}; total {hours('total_seconds')}")
-
-
-def project_tophub() -> str | None:
-    """The project's shared TopHub logs (../shared/tophub beside the checkout), when the environment names none."""
-    shared = Path(__file__).resolve().parents[3] / "shared" / "tophub"
-    return str(shared) if shared.is_dir() and not os.environ.get("TVM_RL_TOPHUB_DIR") else None
 
 
 def _parser(prog: str | None) -> argparse.ArgumentParser:
@@ -418,5 +412,5 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 __all__ = ["ARMS", "QUICK_TASKS", "TASKS", "default_arm", "format_cost", "format_table", "format_tasks", "main",
-           "make_arms", "plot_reach", "project_tophub", "reach_fractions", "resolve_tasks", "summarise",
+           "make_arms", "plot_reach", "reach_fractions", "resolve_tasks", "summarise",
            "transformer_tasks"]
