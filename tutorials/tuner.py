@@ -13,9 +13,9 @@ compare with simulated annealing?
 
 - **Quick** (`--quick`, ~2 min, run in CI): one small task, 8 trials, one seed: a check, not a result.
 - **Full** (default): step 2 tunes one conv2d task for 32 trials (a few minutes); step 3 reads back the committed
-  benchmark (`logs/tuner_llvm.json`: 8 tasks x 3 seeds x 5 arms, N = 64, 1 h on 2 cores) with `--report`, without
-  new runs. Its result: evolutionary search with the pre-trained cost model, the tuner's default, beats stock
-  evolutionary search (1.15x faster kernels); PPOSearch does not (docs/results/tuner.md).
+  benchmark (`logs/tuner_llvm.json`: 8 tasks x 8 seeds x 5 arms, N = 64, about 2.7 h on 2 cores) with `--report`,
+  without new runs. Its result: evolutionary search with the pre-trained cost model, the tuner's default, beats stock
+  evolutionary search (1.12x faster kernels); PPOSearch does not (docs/results/tuner.md).
 """
 import argparse
 import collections
