@@ -36,6 +36,7 @@ ARMS = {"ppo": ("ppo", False), "evolutionary": ("evolutionary", False),
         "evolutionary-pretrained": ("evolutionary", True), "ppo-pretrained-model": ("ppo", True)}
 TRIALS_PER_ITER = 8  # as `tvm-rl optimize` tunes
 DEFAULT, TORCH, ORT = "TVM default", "PyTorch", "ORT"
+BASELINE_ARM = "evolutionary"  # MetaSchedule's own search and cost model: what every other arm is held against
 
 
 def resolve_arms(wanted: list[str] | None, cost_model: str | None) -> list[str]:
@@ -91,16 +92,19 @@ def ratio(num: float | None, den: float | None) -> float | None:
 
 
 def table_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """One model's rows: TVM default, each tuned variant, PyTorch, ORT, with speedups over TVM default and the
-    tuned build's speed relative to PyTorch and ORT (> 1: faster than they are)."""
+    """One model's rows: TVM default, each tuned variant, PyTorch, ORT, with speedups over TVM default, over
+    MetaSchedule's evolutionary search at the same N and seed (`vs_evolutionary`, the comparison the benchmark is
+    for), and the tuned build's speed relative to PyTorch and ORT (> 1: faster than they are)."""
     timed = entry.get("timing", {}).get("variants", {})
     base, ref_torch, ref_ort = (timed.get(k, {}).get("ms") for k in (DEFAULT, TORCH, ORT))
     rows = []
     for key in [DEFAULT, *entry.get("runs", {}), TORCH, ORT]:
         run, t = entry.get("runs", {}).get(key, {}), timed.get(key, {})
         ms = t.get("ms")
+        evo = (timed.get(variant_key(BASELINE_ARM, run["trials"], run["seed"]), {}).get("ms")
+               if run and run.get("arm") != BASELINE_ARM else None)
         rows.append({"variant": run.get("label", key), "trials": run.get("trials"), "ms": ms,
-                     "speedup": ratio(base, ms), "tuning_s": run.get("tuning_s"),
+                     "speedup": ratio(base, ms), "vs_evolutionary": ratio(evo, ms), "tuning_s": run.get("tuning_s"),
                      "measurements": run.get("measurements"), "correct": t.get("correct"),
                      "vs_torch": ratio(ref_torch, ms) if key not in (TORCH, ORT) else None,
                      "vs_ort": ratio(ref_ort, ms) if key not in (TORCH, ORT) else None})
@@ -112,15 +116,17 @@ def format_table(name: str, entry: dict[str, Any], settings: dict[str, Any]) -> 
     def f(v, spec=".2f", suffix=""):
         return "-" if v is None else f"{v:{spec}}{suffix}"
 
-    head = (f"{'variant':<26}{'N':>4}{'latency ms':>12}{'vs default':>12}{'tuning s':>10}{'measured':>10}"
-            f"{'vs PyTorch':>12}{'vs ORT':>9}")
+    head = (f"{'variant':<26}{'N':>4}{'latency ms':>12}{'vs default':>12}{'vs evo':>8}{'tuning s':>10}"
+            f"{'measured':>10}{'vs PyTorch':>12}{'vs ORT':>9}")
     lines = [f"\n{name} ({settings['size']}, {settings['target_name']}): median ms over "
              f"{entry.get('timing', {}).get('passes', '-')} interleaved passes; 'vs' columns are speedups "
-             "(> 1: this build is faster)", head, "-" * len(head)]
+             "(> 1: this build is faster; 'vs evo': over evolutionary search at the same N and seed)",
+             head, "-" * len(head)]
     for r in table_rows(entry):
         flag = " WRONG OUTPUT" if r["correct"] is False else ""
         lines.append(f"{r['variant']:<26}{f(r['trials'], 'd'):>4}{f(r['ms'], '.3f'):>12}"
-                     f"{f(r['speedup'], '.2f', 'x'):>12}{f(r['tuning_s'], '.0f'):>10}{f(r['measurements'], 'd'):>10}"
+                     f"{f(r['speedup'], '.2f', 'x'):>12}{f(r['vs_evolutionary'], '.2f', 'x'):>8}"
+                     f"{f(r['tuning_s'], '.0f'):>10}{f(r['measurements'], 'd'):>10}"
                      f"{f(r['vs_torch'], '.2f', 'x'):>12}{f(r['vs_ort'], '.2f', 'x'):>9}{flag}")
     tuning = sum(r.get("tuning_s", 0.0) for r in entry.get("runs", {}).values())
     lines.append(f"cost: tuning {tuning:.0f} s, timing {entry.get('timing', {}).get('seconds', 0.0):.0f} s")

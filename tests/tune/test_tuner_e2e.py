@@ -71,11 +71,26 @@ def test_table_rows_give_speedups_over_default_pytorch_and_ort():
     assert rows["ORT"]["ms"] is None and rows["ORT"]["speedup"] is None
 
 
+def test_each_arm_is_held_against_evolutionary_search_at_its_own_n_and_seed():
+    e = entry()
+    e["runs"]["evolutionary/N32/s0"] = {"arm": "evolutionary", "trials": 32, "seed": 0, "label": "evolutionary"}
+    e["runs"]["ppo/N64/s0"] = {"arm": "ppo", "trials": 64, "seed": 0, "label": "ppo N64"}
+    e["timing"]["variants"].update({"evolutionary/N32/s0": {"ms": 5.0}, "ppo/N64/s0": {"ms": 2.0}})
+    rows = {r["variant"]: r for r in e2e.table_rows(e)}
+    assert rows["ppo"]["vs_evolutionary"] == pytest.approx(5.0 / 4.0)
+    assert rows["ppo N64"]["vs_evolutionary"] is None  # no evolutionary run at N = 64: nothing to compare with
+    assert rows["evolutionary"]["vs_evolutionary"] is None
+    assert all(rows[k]["vs_evolutionary"] is None for k in ("TVM default", "PyTorch", "ORT"))
+    line = next(x for x in e2e.format_table("bert", e, {"size": "full", "target_name": "llvm"}).splitlines()
+                if x.startswith("ppo "))
+    assert line.split()[4] == "1.25x"
+
+
 def test_format_table_prints_every_variant_and_the_cost():
     text = e2e.format_table("bert", entry(), {"size": "full", "target_name": "llvm"})
     lines = text.splitlines()
     ppo = next(line for line in lines if line.startswith("ppo"))
-    assert ppo.split() == ["ppo", "32", "4.000", "2.50x", "120", "640", "1.50x", "-"]
+    assert ppo.split() == ["ppo", "32", "4.000", "2.50x", "-", "120", "640", "1.50x", "-"]
     assert any(line.startswith("ORT") for line in lines)
     assert lines[-1] == "cost: tuning 120 s, timing 42 s"
     bad = entry()
