@@ -1,6 +1,7 @@
 """The tuner benchmark's measuring: the load check, the runner settings, and one small run end to end."""
 import json
 import multiprocessing
+import shutil
 import subprocess
 import sys
 import time
@@ -111,3 +112,14 @@ def test_benchmark_end_to_end_and_resume(tmp_path, capsys):
     assert f"] {task} evolutionary seed 0:" not in again and f"re-timing {task}" not in again
     assert "| random | 1 |" in again
     assert resumed["cost"]["shared_seconds"] == state["cost"]["shared_seconds"]
+
+    # The work dir is lost (a cut-off session's machine): the archive beside the JSON still re-times every run.
+    shutil.rmtree(tmp_path / "scratch")
+    for r in resumed["runs"]:
+        r["retimed"] = None
+    (tmp_path / "tuner.json").write_text(json.dumps(resumed))
+    assert main(argv) == 0
+    lost = capsys.readouterr().out
+    retimed = json.loads((tmp_path / "tuner.json").read_text())
+    assert f"re-timing {task}" in lost
+    assert all(len(r["retimed"]) == len(r["improvers"]) and None not in r["retimed"] for r in retimed["runs"])

@@ -31,6 +31,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..database import RECORDS, WORKLOADS, TuningDatabase
 from ..measure import device_for, random_args
+from .bench_archive import Archive
 from .bench_stats import improvers, median_seconds
 from .measure_callback.progress import ProgressLine
 from .search_strategy.exhaustion import StopWhenExhausted
@@ -229,37 +230,44 @@ def run_arm(mod: tvm.IRModule, task: str, arm: str, strategy: ms.SearchStrategy,
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "work_dir": str(work_dir)}
 
 
-def _record_module(mod: tvm.IRModule, folder: Path, index: int) -> tvm.IRModule:
-    """The scheduled module of record `index` (measurement order) in `folder`'s database."""
+def _record_module(mod: tvm.IRModule, folder: Path, index: int, archive: Archive | None = None) -> tvm.IRModule:
+    """The scheduled module of record `index` (measurement order) in `folder`'s database, or in `archive` when
+    the folder is gone."""
     path = TuningDatabase(folder).records_path
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is gone: re-timing rebuilds each improver from its run's database, so "
-                                "restore the folder, or remove that run from the JSON to tune it again")
-    with open(path) as f:
-        for i, line in enumerate(f):
-            if i == index:
-                record = ms.database.TuningRecord.from_json(json.loads(line)[1], ms.database.Workload(mod))
-                sch = Schedule(mod)
-                record.trace.apply_to_schedule(sch, remove_postproc=False)
-                return sch.mod
-    raise IndexError(f"{path} has no record {index}; the run's folder does not match its JSON entry")
+    if path.is_file():
+        with open(path) as f:
+            found = next((json.loads(line)[1] for i, line in enumerate(f) if i == index), None)
+        if found is None:
+            raise IndexError(f"{path} has no record {index}; the run's folder does not match its JSON entry")
+    else:
+        found = archive.record(str(folder), index) if archive is not None else None
+        if found is None:
+            raise FileNotFoundError(f"{path} is gone and the benchmark's archive does not hold record {index}: "
+                                    "re-timing rebuilds each improver from its run's database, so restore the "
+                                    "folder, or remove that run from the JSON to tune it again")
+    record = ms.database.TuningRecord.from_json(found, ms.database.Workload(mod))
+    sch = Schedule(mod)
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch.mod
 
 
 def retime_task(mod: tvm.IRModule, runs: Sequence[dict[str, Any]], target: tvm.target.Target,
-                measuring: Measuring, passes: int = 5, write: Write = print) -> dict[str, Any]:
+                measuring: Measuring, passes: int = 5, write: Write = print,
+                archive: Archive | None = None) -> dict[str, Any]:
     """Re-time every improver of `runs` (one task's), setting each run's `retimed` (aligned with `improvers`).
 
     Each distinct schedule is built once (the shared batch's best is the same schedule in every arm). Each pass
     times every schedule once with `measuring`'s settings, in round-robin order over the runs (first improvers
     of every run, then second ones, ...), so arms and seeds interleave; a schedule's value is the median over the
-    passes of each pass's median. A schedule that fails to build gets None."""
+    passes of each pass's median. A schedule that fails to build gets None. A run whose database is gone is
+    rebuilt from `archive` (`bench_archive`)."""
     start = time.perf_counter()
     depth = max((len(r["improvers"]) for r in runs), default=0)
     order = [(i, k) for k in range(depth) for i, r in enumerate(runs) if k < len(r["improvers"])]
     key_of: dict[tuple[int, int], int] = {}
     libs: dict[int, Any] = {}
     for i, k in order:
-        scheduled = _record_module(mod, Path(runs[i]["work_dir"]), runs[i]["improvers"][k])
+        scheduled = _record_module(mod, Path(runs[i]["work_dir"]), runs[i]["improvers"][k], archive)
         key = int(tvm_ffi.structural_hash(scheduled))
         key_of[(i, k)] = key
         if key not in libs:

@@ -27,6 +27,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from ..measure import host_cpu_target, parse_target
 from . import bench_runs
+from .bench_archive import Archive, archive_path
 from .bench_stats import BASELINE, TARGET_SLACK, reach_fractions, retimed_curve, summarise, task_targets, value_at
 from .intrin import preload_tensor_intrinsics
 from .tophub import TophubTask, load_tasks, tophub_dir
@@ -351,6 +352,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         clock[0] = now
 
     preload_tensor_intrinsics()
+    archive = Archive.open(archive_path(out))
+    if not args.report:  # results made before the archive existed, while their work dir is still here
+        archive.backfill(state, work_root / "shared", bench_runs.SHARED_MARK)
     runner = builder = None
     done = {(r["task"], r["arm"], r["seed"]) for r in state["runs"]}
     todo = [(seed, task, arm) for seed in range(args.seeds) for task in tasks for arm in arms
@@ -362,7 +366,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             runner, builder = measuring.runner(target), shared_builder()
         key = f"{task}|{seed}"
         shared_dir = work_root / "shared" / f"{task}_s{seed}"
-        if key in state["shared"] and not (shared_dir / bench_runs.SHARED_MARK).is_file():
+        if (key in state["shared"] and not (shared_dir / bench_runs.SHARED_MARK).is_file()
+                and not archive.restore_shared(key, shared_dir)):
             raise SystemExit(f"the shared first batch of {task} seed {seed} is gone from {shared_dir}, and finished "
                              "runs started from it: restore the work dir (--work-dir) or start a new --out")
         if key not in state["shared"]:
@@ -370,12 +375,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
             state["shared"][key] = bench_runs.shared_first_batch(tasks[task].mod(), task, seed, args.per_iter,
                                                                  target, shared_dir, runner, builder)
             cost["shared_seconds"] = cost.get("shared_seconds", 0.0) + state["shared"][key]["seconds"]
+            archive.add_shared(key, shared_dir, bench_runs.SHARED_MARK)
         load = bench_runs.wait_for_cores(args.load_wait, args.max_load)
         run = bench_runs.run_arm(tasks[task].mod(), task, arm.name, arm.strategy(seed), arm.cost_model(),
                                  arm.resumes, seed, budgets[-1], args.per_iter, target,
                                  work_root / "runs" / task / f"{arm.name}_s{seed}", shared_dir, runner, builder)
         run["load"] = {**load, "end": [round(x, 2) for x in os.getloadavg()]}
         state["runs"].append(run)
+        archive.add_run(run)
         cost["load_wait_seconds"] = cost.get("load_wait_seconds", 0.0) + load["waited_seconds"]
         charge()
         _save(out, state)
@@ -387,7 +394,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         if mine and any(r.get("retimed") is None for r in mine):
             bench_runs.wait_for_cores(args.load_wait, args.max_load)
             print(f"re-timing {task}: every improver of {len(mine)} runs, {args.retime_passes} passes", flush=True)
-            info = bench_runs.retime_task(tasks[task].mod(), mine, target, measuring, args.retime_passes)
+            info = bench_runs.retime_task(tasks[task].mod(), mine, target, measuring, args.retime_passes,
+                                          archive=archive)
             state["retime"][task] = info
             cost["retime_seconds"] = cost.get("retime_seconds", 0.0) + info["seconds"]
             charge()
