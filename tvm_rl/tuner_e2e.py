@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from . import bench, measure, models
+from . import tuner_e2e_archive as e2e_archive
 from .database import TuningDatabase
 from .errors import TargetError, TvmRlError
 from .tune.cost_model import from_spec
@@ -300,6 +301,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 "torch": torch.__version__,
                 "command": " ".join([prog or "tuner_e2e", *(argv if argv is not None else sys.argv[1:])])}
     state = load_state(out, settings)
+    archive = e2e_archive.archive_path(out)
     for name in args.models:
         model = models.load(name, args.size)
         entry = state["models"].setdefault(name, {"runs": {}})
@@ -313,10 +315,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     databases[key], entry["runs"][key], tuned = tune_run(model, target, folder, arm, trials, seed,
                                                                          args, entry["runs"].get(key))
                     tuned_now |= tuned
+                    e2e_archive.add(archive, name, key, folder)
                     _save(out, state)
-        # Runs of earlier invocations (other N or arms) are built from their folders and timed with these.
+        # Runs of earlier invocations (other N or arms) are built from their folders, or from the archive where a
+        # folder is gone, and timed with these.
         for key, run in entry["runs"].items():
-            databases.setdefault(key, run["work_dir"])
+            if key not in databases:
+                e2e_archive.add(archive, name, key, Path(run["work_dir"]))  # made before the archive existed
+                databases[key] = str(e2e_archive.database_for(archive, name, key, Path(run["work_dir"])))
         saved = entry.get("timing", {}).get("variants", {})
         if tuned_now or args.retime or set(saved) != {DEFAULT, TORCH, ORT, *databases}:
             entry["timing"] = time_model(model, target, databases, args, scratch)

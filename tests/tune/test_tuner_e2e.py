@@ -1,5 +1,6 @@
 """The end-to-end tuner benchmark (tvm_rl/tuner_e2e.py): its pure helpers, and one small run end to end."""
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,10 @@ def test_end_to_end_tiny_resnet18_and_a_rerun_that_tunes_nothing(tmp_path, capsy
     assert "trials, best" not in second and "nothing new tuned" in second
     assert again["runs"] == model["runs"]
     assert again["timing"] == model["timing"]
+
+    # The evolutionary run's folder is lost: a run of the other arm still builds it, from the archive's best records.
+    shutil.rmtree(model["runs"]["evolutionary/N2/s0"]["work_dir"])
+    assert e2e.main([*argv[:argv.index("--arms")], "--arms", "ppo", *argv[argv.index("--op-filter"):], "--retime"]) == 0
+    restored = json.loads(out.read_text())["models"]["resnet18"]["timing"]["variants"]["evolutionary/N2/s0"]
+    assert restored["correct"] is True and restored["ms"] > 0
+    assert "trials, best" not in capsys.readouterr().out  # restored, not tuned again

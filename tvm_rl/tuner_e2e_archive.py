@@ -1,0 +1,111 @@
+"""What the end-to-end tuner benchmark needs to build its tuned variants again, kept beside its JSON.
+
+A model's variants are timed together, so adding an arm, a budget or a seed to a model re-times its earlier runs
+too, and each is built from its run's database (in `logs/scratch/...`, not committed, lost with the machine). A
+build reads only the best record of each kernel, so that is what is kept: per run, its workloads and, for each
+workload, the record with the lowest mean run time (MetaSchedule's own order), appended as gzip'd JSON lines to
+`<out stem>_best.jsonl.gz`. Where a run's folder is gone, those records are written to `<folder>_best` and the
+variant is built from there; a folder that is gone and not archived is an error, never an untuned build timed
+under a tuned variant's name.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from .database import RECORDS, WORKLOADS
+
+
+def archive_path(out: Path) -> Path:
+    """The archive that goes with the benchmark JSON `out`."""
+    return out.with_name(f"{out.stem}_best.jsonl.gz")
+
+
+def _mean(secs: Any) -> float | None:
+    ok = isinstance(secs, list) and secs and all(isinstance(s, (int, float)) for s in secs)
+    return sum(secs) / len(secs) if ok else None
+
+
+def best_records(folder: Path) -> list[str]:
+    """The record line of each workload in `folder`'s database with the lowest mean run seconds (failed
+    candidates, which have none, never count); one per tuned workload, in workload order."""
+    best: dict[int, tuple[float, str]] = {}
+    path = Path(folder) / RECORDS
+    if path.is_file():
+        with open(path) as f:
+            for line in f:
+                entry = json.loads(line)
+                mean = _mean(entry[1][1])
+                if mean is not None and (entry[0] not in best or mean < best[entry[0]][0]):
+                    best[entry[0]] = (mean, line if line.endswith("\n") else line + "\n")
+    return [best[w][1] for w in sorted(best)]
+
+
+def _read(path: Path) -> tuple[dict[str, str], dict[tuple[str, str], dict[str, Any]]]:
+    workloads: dict[str, str] = {}
+    runs: dict[tuple[str, str], dict[str, Any]] = {}
+    if not path.is_file():
+        return workloads, runs
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                entry = json.loads(line)
+                if "workloads" in entry:
+                    workloads[entry["sha"]] = entry["workloads"]
+                else:
+                    runs[(entry["model"], entry["key"])] = entry
+    except (EOFError, json.JSONDecodeError):
+        pass  # killed while appending: what came before is whole
+    return workloads, runs
+
+
+def add(path: Path, model: str, key: str, folder: Path) -> bool:
+    """Archive run `key` of `model` from `folder` (again if it has changed, e.g. after another sitting);
+    False when the folder holds no tuned record or the archive already holds these records."""
+    records = best_records(folder)
+    if not records:
+        return False
+    text = (Path(folder) / WORKLOADS).read_text()
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    workloads, runs = _read(path)
+    held = runs.get((model, key))
+    if held is not None and held["records"] == records and held["sha"] == sha:
+        return False
+    entries: list[dict[str, Any]] = [] if sha in workloads else [{"sha": sha, "workloads": text}]
+    entries.append({"model": model, "key": key, "sha": sha, "records": records})
+    with gzip.open(path, "at", encoding="utf-8") as f:
+        f.write("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries))
+    return True
+
+
+def restore(path: Path, model: str, key: str, dest: Path) -> bool:
+    """Write run `key` of `model`'s best records (and their workloads) as a database in `dest`; False if the
+    archive does not hold them. The last archived version of a run wins."""
+    workloads, runs = _read(path)
+    entry = runs.get((model, key))
+    if entry is None or entry["sha"] not in workloads:
+        return False
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / WORKLOADS).write_text(workloads[entry["sha"]])
+    (dest / RECORDS).write_text("".join(entry["records"]))
+    return True
+
+
+def database_for(path: Path, model: str, key: str, folder: Path) -> Path:
+    """Where to build run `key` of `model` from: its folder while that holds records, else the archived best
+    records restored next to it; SystemExit naming the folder when neither is there."""
+    folder = Path(folder)
+    if (folder / RECORDS).is_file():
+        return folder
+    restored = folder.with_name(folder.name + "_best")
+    if restore(path, model, key, restored):
+        return restored
+    raise SystemExit(f"{model} {key}: its tuning database {folder} is gone and {path} does not hold its records; "
+                     "restore the folder, or remove the run from the JSON to tune it again")
+
+
+__all__ = ["add", "archive_path", "best_records", "database_for", "restore"]
