@@ -127,11 +127,22 @@ def _tuner_bench(data: dict) -> str:
     return format_table(summarise(data.get("runs", []), trials), trials)
 
 
+def _tuner_e2e_bench(data: dict) -> str:
+    from .tuner_e2e import format_table
+
+    settings = data.get("settings", {})
+    tables = [format_table(name, entry, settings).strip("\n") for name, entry in data.get("models", {}).items()
+              if isinstance(entry, dict) and entry.get("timing")]
+    return "```\n" + "\n\n".join(tables) + "\n```" if tables else "(no model timed yet in this file)"
+
+
+# A file is reported by the longest prefix its name starts with (tuner_e2e_llvm.json is not a tuner_ benchmark).
 BENCHMARKS: dict[str, tuple[str, Callable[[dict], str]]] = {
     "baseline_": ("Baseline (`benchmarks/baseline.py`)", _baseline_bench),
     "graph_search_": ("Graph search (`benchmarks/graph_search.py`)", _graph_bench),
     "graph_rl_": ("Graph RL pass (`benchmarks/graph_rl.py`)", _graph_bench),
     "tuner_": ("Schedule tuner (`benchmarks/tuner.py`)", _tuner_bench),
+    "tuner_e2e_": ("Whole models tuned end to end (`benchmarks/tuner_e2e.py`)", _tuner_e2e_bench),
 }
 
 
@@ -139,9 +150,10 @@ def benchmarks_section(work_dir: Path) -> str:
     """The benchmark JSONs in the work dir, each as its table."""
     parts = []
     for path in sorted(work_dir.glob("*.json")):
-        for prefix, (title, fmt) in BENCHMARKS.items():
-            if path.name.startswith(prefix) and (data := _load(path)) is not None:
-                parts.append(f"### {title}: `{path.name}`\n\n{fmt(data)}")
+        prefix = max((p for p in BENCHMARKS if path.name.startswith(p)), key=len, default=None)
+        if prefix is not None and (data := _load(path)) is not None:
+            title, fmt = BENCHMARKS[prefix]
+            parts.append(f"### {title}: `{path.name}`\n\n{fmt(data)}")
     return "## Benchmarks\n\n" + "\n\n".join(parts) if parts else ""
 
 

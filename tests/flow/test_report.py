@@ -41,3 +41,21 @@ def test_cli_writes_report_md_and_names_a_missing_work_dir(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "Nothing to report" in report(empty)
+
+
+def test_an_end_to_end_tuner_json_gets_its_own_table_not_the_kernel_benchmarks(tmp_path):
+    run = {"arm": "evolutionary", "trials": 32, "seed": 0, "label": "evolutionary", "tuning_s": 300.0,
+           "measurements": 200}
+    variants = {"TVM default": {"ms": 900.0}, "evolutionary/N32/s0": {"ms": 110.0, "correct": True},
+                "PyTorch": {"ms": 95.0}, "ORT": {"ms": 44.0}}
+    (tmp_path / "tuner_e2e_llvm.json").write_text(json.dumps({
+        "settings": {"size": "full", "target_name": "llvm"},
+        "models": {"bert": {"runs": {"evolutionary/N32/s0": run},
+                            "timing": {"variants": variants, "passes": 5, "seconds": 60.0}},
+                   "resnet18": {"runs": {}}}}))  # tuned, not timed yet: no table
+    text = report(tmp_path, plots=False)
+    assert text.count("### ") == 1 and "Whole models tuned end to end" in text
+    assert "Schedule tuner (`benchmarks/tuner.py`)" not in text
+    row = next(line for line in text.splitlines() if line.startswith("evolutionary"))
+    assert row.split()[:4] == ["evolutionary", "32", "110.000", "8.18x"]
+    assert "resnet18" not in text
