@@ -19,13 +19,14 @@ or tune with) or `TuningDatabase.of` (to read the folder).
 """
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from .errors import DatabaseError, DatabaseTypeError
 
@@ -146,6 +147,30 @@ def open_database(work_dir: str | os.PathLike) -> ms.database.JSONDatabase:
     """The JSON tuning database in `work_dir` (created if absent); DatabaseError naming the file and line if
     its files are corrupt or foreign (see `check_database_dir`)."""
     return TuningDatabase(work_dir).open()
+
+
+def append_json_lines_gz(path: Path, entries: Iterable[dict[str, Any]]) -> None:
+    """Append `entries` to a gzip'd JSON-lines file as one new gzip member (the benchmarks' archives of tuning
+    records): a process killed while appending loses at most that member."""
+    lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)
+    if lines:
+        with gzip.open(path, "at", encoding="utf-8") as f:
+            f.write(lines)
+
+
+def read_json_lines_gz(path: Path) -> list[dict[str, Any]]:
+    """Every whole entry of a file `append_json_lines_gz` wrote; [] for no file. A last member cut short by a
+    kill is dropped, not fatal: everything before it is returned."""
+    entries: list[dict[str, Any]] = []
+    if not Path(path).is_file():
+        return entries
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for line in f:
+                entries.append(json.loads(line))
+    except (EOFError, json.JSONDecodeError):
+        pass
+    return entries
 
 
 def _meta_schedule():

@@ -10,13 +10,12 @@ under a tuned variant's name.
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-from .database import RECORDS, WORKLOADS
+from .database import RECORDS, WORKLOADS, append_json_lines_gz, read_json_lines_gz
 
 
 def archive_path(out: Path) -> Path:
@@ -47,18 +46,11 @@ def best_records(folder: Path) -> list[str]:
 def _read(path: Path) -> tuple[dict[str, str], dict[tuple[str, str], dict[str, Any]]]:
     workloads: dict[str, str] = {}
     runs: dict[tuple[str, str], dict[str, Any]] = {}
-    if not path.is_file():
-        return workloads, runs
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                entry = json.loads(line)
-                if "workloads" in entry:
-                    workloads[entry["sha"]] = entry["workloads"]
-                else:
-                    runs[(entry["model"], entry["key"])] = entry
-    except (EOFError, json.JSONDecodeError):
-        pass  # killed while appending: what came before is whole
+    for entry in read_json_lines_gz(path):
+        if "workloads" in entry:
+            workloads[entry["sha"]] = entry["workloads"]
+        else:
+            runs[(entry["model"], entry["key"])] = entry
     return workloads, runs
 
 
@@ -76,8 +68,7 @@ def add(path: Path, model: str, key: str, folder: Path) -> bool:
         return False
     entries: list[dict[str, Any]] = [] if sha in workloads else [{"sha": sha, "workloads": text}]
     entries.append({"model": model, "key": key, "sha": sha, "records": records})
-    with gzip.open(path, "at", encoding="utf-8") as f:
-        f.write("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries))
+    append_json_lines_gz(path, entries)
     return True
 
 

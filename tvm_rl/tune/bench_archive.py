@@ -10,26 +10,17 @@ and fall back to the archive.
 """
 from __future__ import annotations
 
-import gzip
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..database import RECORDS, WORKLOADS
+from ..database import RECORDS, WORKLOADS, append_json_lines_gz, read_json_lines_gz
 
 
 def archive_path(out: Path) -> Path:
     """The archive that goes with the benchmark JSON `out`."""
     return out.with_name(f"{out.stem}_records.jsonl.gz")
-
-
-def _append(path: Path, entries: Iterable[dict[str, Any]]) -> None:
-    lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)
-    if lines:
-        with gzip.open(path, "at", encoding="utf-8") as f:
-            f.write(lines)
 
 
 @dataclass
@@ -45,14 +36,8 @@ class Archive:
     def open(cls, path: Path) -> Archive:
         """Read `path` (an absent file is an empty archive; a truncated last member is skipped, not fatal)."""
         archive = cls(Path(path))
-        if not archive.path.is_file():
-            return archive
-        try:
-            with gzip.open(archive.path, "rt", encoding="utf-8") as f:
-                for line in f:
-                    archive._take(json.loads(line))
-        except (EOFError, json.JSONDecodeError):
-            pass  # a run killed while appending: everything before it was read
+        for entry in read_json_lines_gz(archive.path):
+            archive._take(entry)
         return archive
 
     def _take(self, entry: dict[str, Any]) -> None:
@@ -73,7 +58,7 @@ class Archive:
             for i, line in enumerate(f):
                 if i in wanted:
                     new.append({"work_dir": run["work_dir"], "index": i, "record": json.loads(line)[1]})
-        _append(self.path, new)
+        append_json_lines_gz(self.path, new)
         for entry in new:
             self._take(entry)
         return len(new)
@@ -85,7 +70,7 @@ class Archive:
         if key in self.shared or not all(p.is_file() for p in files.values()):
             return False
         entry = {"shared": key, "files": {name: p.read_text() for name, p in files.items()}}
-        _append(self.path, [entry])
+        append_json_lines_gz(self.path, [entry])
         self._take(entry)
         return True
 
