@@ -169,6 +169,8 @@ def main() -> None:
                     "full-size models on CPU, whose untuned builds take minutes per run)")
     ap.add_argument("--force", action="store_true", help="re-run the runs already in the JSON")
     ap.add_argument("--table-only", action="store_true", help="print the JSON's table and run nothing")
+    ap.add_argument("--out", default=None, help="JSON path (default logs/graph_ablation_<target>_<size>"
+                    "[_proxy].json): runs with other settings go to another file, not mixed into that one")
     args = ap.parse_args()
     check_tuning_args(ap, args)
     target = measure.parse_target(args.target)
@@ -176,7 +178,8 @@ def main() -> None:
     hardware, proxy_source = proxy_of(target, args)
     settings = settings_of(target, args)
     suffix = "_proxy" if args.no_measure else ""
-    out = Path(__file__).resolve().parents[1] / "logs" / f"graph_ablation_{target.kind.name}_{args.size}{suffix}.json"
+    out = Path(args.out) if args.out else (Path(__file__).resolve().parents[1] / "logs"
+                                          / f"graph_ablation_{target.kind.name}_{args.size}{suffix}.json")
     saved = json.loads(out.read_text()) if out.exists() else {}
     results = saved.get("models", {})
     command = "python " + " ".join([f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
@@ -186,6 +189,7 @@ def main() -> None:
         out.write_text(json.dumps({"target": str(target), "size": args.size, "proxy": hardware.as_dict(),
                                    "proxy_source": proxy_source, "database": cost.database_tag(database),
                                    "measured": not args.no_measure, "tune_trials": args.tune_trials,
+                                   "tune_seed": args.tune_seed,
                                    "confirmed": not args.no_confirm, "seeds": args.seeds, "arms": args.arms,
                                    "settings": settings.as_dict(), "repeat": args.repeat, "command": command,
                                    "models": results}, indent=1))

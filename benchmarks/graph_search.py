@@ -40,11 +40,16 @@ def proxy_hardware(target, work_dir: str | None) -> roofline.Roofline:
     return proxy_roofline(target, work_dir)
 
 
-def add_tuning_args(ap: argparse.ArgumentParser) -> None:
-    """--database, --tune-trials and --no-confirm, shared by the graph benchmarks."""
+def add_tuning_args(ap: argparse.ArgumentParser, tune_seed: bool = True) -> None:
+    """--database, --tune-trials, --no-confirm and (unless the benchmark has a --seed of its own) --tune-seed,
+    shared by the graph benchmarks."""
     ap.add_argument("--database", default=None, help="MetaSchedule work dir with tuned kernels (default: none)")
     ap.add_argument("--tune-trials", type=int, default=0,
                     help="tune every variant's kernels to this many trials each into --database first (default 0)")
+    if tune_seed:
+        ap.add_argument("--tune-seed", type=int, default=0,
+                        help="the tuner's seed: another seed into a fresh --database re-tunes the same kernels, to "
+                             "see how much of a measured difference is tuning noise")
     ap.add_argument("--no-confirm", action="store_true",
                     help="keep the searches' graphs even when they measure slower than the original")
 
@@ -58,7 +63,8 @@ def variant_measure(model, target, args) -> cost.PairMeasure:
     """(original, graph) -> both measured side by side on the model's inputs, as the table measures them (their
     kernels tuned first with --tune-trials)."""
     if args.tune_trials:
-        return tuned_cost.tuned_pair_measure(target, model.inputs, args.database, args.tune_trials, repeat=args.repeat)
+        return tuned_cost.tuned_pair_measure(target, model.inputs, args.database, args.tune_trials, repeat=args.repeat,
+                                             seed=args.tune_seed)
     return cost.pair_measure(target, model.inputs, open_database_arg(args.database), repeat=args.repeat)
 
 
@@ -68,7 +74,8 @@ def tuner(target, args):
         return None
     from tvm_rl.tune import tune_model
 
-    return lambda mod: tune_model(mod, target, args.database, trials_per_kernel=args.tune_trials)[0]
+    return lambda mod: tune_model(mod, target, args.database, trials_per_kernel=args.tune_trials,
+                                  seed=args.tune_seed)[0]
 
 
 def confirmed(r: search.SearchResult, original: tvm.IRModule, measure_pair, enabled: bool) -> tuple:
@@ -212,6 +219,7 @@ def main() -> None:
         out.write_text(json.dumps({"target": str(target), "size": args.size, "search_cost": args.cost,
                                    "proxy": hardware.as_dict(),
                                    "database": cost.database_tag(database), "tune_trials": args.tune_trials,
+                                   "tune_seed": args.tune_seed,
                                    "confirmed": not args.no_confirm, "budget": args.budget,
                                    "alpha": args.alpha, "cap": args.cap, "repeat": args.repeat,
                                    "models": results}, indent=1))
