@@ -72,10 +72,7 @@ def tuner(target, args):
     """With --tune-trials: mod -> the database after tuning mod's kernels into --database. Else None."""
     if not args.tune_trials:
         return None
-    from tvm_rl.tune import tune_model
-
-    return lambda mod: tune_model(mod, target, args.database, trials_per_kernel=args.tune_trials,
-                                  seed=args.tune_seed)[0]
+    return tuned_cost.database_tuner(target, args.database, args.tune_trials, seed=args.tune_seed)
 
 
 def confirmed(r: search.SearchResult, original: tvm.IRModule, measure_pair, enabled: bool) -> tuple:

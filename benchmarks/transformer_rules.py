@@ -111,13 +111,6 @@ def print_account(name: str, before: dict, after: dict, best: str) -> None:
               f"{a['ms']:>10.3f}{ratio:>8}")
 
 
-def seeded_tuner(target, args):
-    """mod -> the database after tuning mod's kernels into --database with --seed (graph_search's tuner, seeded)."""
-    from tvm_rl.tune import tune_model
-
-    return lambda mod: tune_model(mod, target, args.database, trials_per_kernel=args.tune_trials, seed=args.seed)[0]
-
-
 def json_path(target_kind: str, size: str, seed: int) -> Path:
     return Path(__file__).resolve().parents[1] / "logs" / \
         f"transformer_rules_{target_kind}_{size}{f'_seed{seed}' if seed else ''}.json"
@@ -162,7 +155,8 @@ def main() -> None:
     target = measure.parse_target(args.target)
     database = open_database_arg(args.database)
     out = json_path(target.kind.name, args.size, args.seed)
-    tuner = seeded_tuner(target, args) if args.tune_trials else None
+    tuner = tuned_cost.database_tuner(target, args.database, args.tune_trials, seed=args.seed) \
+        if args.tune_trials else None
     results = json.loads(out.read_text())["models"] if out.exists() else {}
     hardware = proxy_hardware(target, args.proxy_database or args.database)
     fn = cost.roofline_cost(hardware)

@@ -15,7 +15,7 @@ def tuned_pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndar
                        trials_per_kernel: int = 16, repeat: int = 10, **tune_options) -> PairMeasure:
     """`pair_measure` after tuning both graphs' kernels into `work_dir` (see `tuned_end_to_end_cost` for why)."""
     return pair_measure(target, inputs, repeat=repeat,
-                        tune=_tuner(target, work_dir, trials_per_kernel, **tune_options))
+                        tune=database_tuner(target, work_dir, trials_per_kernel, **tune_options))
 
 
 def tuned_end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.ndarray], work_dir: str | Path,
@@ -27,12 +27,12 @@ def tuned_end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.n
     Each graph's kernels are tuned first to the same `trials_per_kernel` (`tune.tune_model`: kernels already
     in the database are skipped, so graphs sharing kernels tune them once), then the graph is timed.
     """
-    tune = _tuner(target, work_dir, trials_per_kernel, **tune_options)
+    tune = database_tuner(target, work_dir, trials_per_kernel, **tune_options)
     return Memo(lambda mod: end_to_end_ms(mod, target, inputs, tune(mod), repeat).median_ms)
 
 
-def _tuner(target, work_dir: str | Path, trials_per_kernel: int,
-           **tune_options) -> Callable[[tvm.IRModule], tvm.s_tir.meta_schedule.Database]:
+def database_tuner(target, work_dir: str | Path, trials_per_kernel: int,
+                   **tune_options) -> Callable[[tvm.IRModule], tvm.s_tir.meta_schedule.Database]:
     """mod -> the database of `work_dir` after tuning mod's kernels there (`tune.tune_model`)."""
     from .tune import tune_model
 
