@@ -1,7 +1,7 @@
 """Graph RL ablation: the pass's arms (learned and not) and the search baselines per model, over seeds.
 
 `python benchmarks/graph_rl.py [--size tiny|full] [--models ...] [--arms ...] [--seeds 0 1 2] [--no-measure]
-[--proxy-from JSON | --database DIR] [--policy PATH]`
+[--proxy-from JSON | --database DIR] [--policy PATH] [--audit]`
 Arms (`tvm_rl.graph.arms`, `tvm_rl.graph.ablation`): uniform, cheapest-first, cost-softmax, untrained and
 trained run in `RLRewritePass`'s own loop (shortlist, every-match actions, --episodes, --time-budget), once per
 seed; greedy, greedy-never-stop, backtracking-100 and backtracking-1000 are deterministic searches, run once.
@@ -14,7 +14,9 @@ two arms differ by more than 1% by the proxy has every arm's graphs built with t
 rounds; unless --no-confirm, a graph measured no faster than the original counts as the original (what the
 pass's and the searches' confirmation return). Resumable: logs/graph_ablation_<target>_<size>[_proxy].json
 is rewritten after every run, and runs already there are kept unless --force (by the proxy: per run; measured:
-per model). On CPU, untuned kernels are naive loops (docs/limits.md).
+per model). With --audit, every measured graph's kernels are also timed alone and set beside the proxy's
+price of them, per kernel kind: where the proxy and the measurement disagree. On CPU, untuned kernels are
+naive loops (docs/limits.md).
 """
 import argparse
 import json
@@ -35,7 +37,7 @@ from graph_search import (  # noqa: E402
 )
 
 from tvm_rl import measure, models  # noqa: E402
-from tvm_rl.graph import ablation, cost  # noqa: E402
+from tvm_rl.graph import ablation, cost, proxy_audit  # noqa: E402
 from tvm_rl.graph.calibration import recorded_proxy  # noqa: E402
 
 
@@ -108,14 +110,15 @@ def missing(runs: dict[str, list[dict]], arms: list[str], seeds: list[int]) -> l
             if not any(r["seed"] == s for r in runs.get(a, []))]
 
 
-def measure_arms(model, graphs: dict, runs: dict, target, database, args, fn) -> dict:
+def measure_arms(model, graphs: dict, runs: dict, target, database, args, hardware) -> dict:
     """Build and time every arm's distinct graph beside the original; per arm the measured speedup over seeds
     (a graph no faster than the original counts as it, unless --no-confirm)."""
     variants = {"original": (model.mod, 0.0, [])}
     for (arm, seed), mod in graphs.items():
         row = next(r for r in runs[arm] if r["seed"] == seed)
         variants[f"{arm}@{seed}"] = (mod, row["seconds"], row["applied"])
-    rows = measure_variants(model, variants, target, database, args.repeat, fn, tuner(target, args))
+    rows = measure_variants(model, variants, target, database, args.repeat, cost.roofline_cost(hardware),
+                            tuner(target, args))
     base = rows["original"]["latency_ms"]
     measured: dict[str, list[dict]] = {}
     for (arm, seed) in graphs:
@@ -125,8 +128,24 @@ def measure_arms(model, graphs: dict, runs: dict, target, database, args, fn) ->
                                              "latency_ms": r["latency_ms"], "matches_original": r["matches_original"],
                                              "seconds": proxy_row["seconds"], "steps": proxy_row["steps"]})
     summ = summaries(measured)
-    return {"original_ms": base, "runs": measured, "summary": summ, "compare": ablation.compare(summ),
-            "all_match_original": all(r["matches_original"] for r in rows.values())}
+    out = {"original_ms": base, "runs": measured, "summary": summ, "compare": ablation.compare(summ),
+           "all_match_original": all(r["matches_original"] for r in rows.values())}
+    if args.audit:
+        out["audit"] = audit_variants(variants, rows, target, database, args, hardware)
+    return out
+
+
+def audit_variants(variants: dict, rows: dict, target, database, args, hardware) -> dict[str, dict]:
+    """`proxy_audit.audit_graph` of every distinct measured graph with the schedules it was built with."""
+    tune = tuner(target, args)
+    audits = {}
+    for key, (mod, *_) in variants.items():
+        if "same_graph_as" in rows[key]:
+            continue
+        print(f"  auditing {key}'s kernels", flush=True)
+        audits[key] = proxy_audit.audit_graph(mod, target, hardware, tune(mod) if tune else database)
+        audits[key]["latency_ms"] = rows[key]["latency_ms"]
+    return audits
 
 
 def plot(results: dict[str, dict], arms: list[str], path: Path, title: str) -> Path:
@@ -167,6 +186,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-measure", action="store_true", help="compare by the proxy only (no builds: for "
                     "full-size models on CPU, whose untuned builds take minutes per run)")
+    ap.add_argument("--audit", action="store_true", help="measured: also time every graph's kernels alone and "
+                    "set them beside the proxy's price, per kind (tvm_rl.graph.proxy_audit)")
     ap.add_argument("--force", action="store_true", help="re-run the runs already in the JSON")
     ap.add_argument("--table-only", action="store_true", help="print the JSON's table and run nothing")
     ap.add_argument("--out", default=None, help="JSON path (default logs/graph_ablation_<target>_<size>"
@@ -218,8 +239,8 @@ def main() -> None:
         entry["summary"] = summaries(entry["runs"])
         entry["compare"] = ablation.compare({a: entry["summary"][a] for a in args.arms})
         if not args.no_measure:
-            entry["measured"] = (measure_arms(model, graphs, entry["runs"], target, database, args,
-                                              cost.roofline_cost(hardware)) if entry["compare"]["any_differ"]
+            entry["measured"] = (measure_arms(model, graphs, entry["runs"], target, database, args, hardware)
+                                 if entry["compare"]["any_differ"]
                                  else {"skipped": "no two arms differ by more than 1% by the proxy"})
         save()
         cmp = entry["compare"]
@@ -236,6 +257,10 @@ def main() -> None:
         print("\nmeasured speedup (models where arms differ by the proxy)")
         print("\n".join(table({n: r["measured"] for n, r in results.items()
                                if isinstance(r.get("measured"), dict)}, args.arms)))
+    for name, r in results.items():
+        if isinstance(r.get("measured"), dict) and r["measured"].get("audit"):
+            print(f"\n{name}: the proxy's price against the kernels timed alone, per kind")
+            print("\n".join(proxy_audit.audit_table(r["measured"]["audit"])))
     title = f"Graph arms, {target.kind.name} ({args.size}), by the proxy"
     png = plot(results, args.arms, out.with_suffix(".png"), title)
     print(f"{'read' if args.table_only else 'wrote'} {out}; plot {png}")

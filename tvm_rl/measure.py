@@ -370,8 +370,13 @@ def time_kernels(mod: tvm.IRModule, target: tvm.target.Target | str, database: D
                  seed: int = 0) -> list[KernelTiming]:
     """Build and time every kernel of `mod` alone on random inputs (the cost the graph search adds up)."""
     target = parse_target(target)
+    return time_lowered_kernels(kernel_stage(mod, target, database), target, repeat, seed)
+
+
+def time_lowered_kernels(lowered: tvm.IRModule, target: tvm.target.Target, repeat: int = 10,
+                         seed: int = 0) -> list[KernelTiming]:
+    """`time_kernels` of a module already at `kernel_stage` (one PrimFunc per kernel)."""
     device = device_for(target)
-    lowered = kernel_stage(mod, target, database)
     calls = kernel_calls(lowered)
     rng = np.random.default_rng(seed)
     out = []
