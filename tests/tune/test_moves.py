@@ -123,3 +123,23 @@ def test_draft_model_ranks_unseen_points_of_a_smooth_score(space):
     assert draft.fitted and draft.agreement(feats[300:], score[300:]) > 0.8
     few = DraftModel().fit(feats[:5], score[:5])
     assert not few.fitted and np.allclose(few.predict(feats[:3]), score[:5].mean())
+
+
+def test_level_features_are_products_of_the_tiling_across_knobs(space):
+    moves = MoveSpace(space)
+    rng = np.random.default_rng(5)
+    vecs = np.stack([space.random(rng) for _ in range(4)])
+    tiles = [np.array([k.values[i] for i in vecs[:, k.position]]) for k in space.knobs if k.kind == knobs.TILE]
+    depths = sorted({t.shape[1] for t in tiles})
+    extra = moves.level_features(vecs)
+    assert extra.shape == (4, sum(2 * d for d in depths) + 2)
+    col = 0
+    for d in depths:
+        level = np.log2(np.prod([t for t in tiles if t.shape[1] == d], axis=0))  # (W, d): each level's product
+        assert np.allclose(extra[:, col:col + d], level)
+        # the footprint at the outermost level is every level's product: the loop nest's whole extent
+        assert np.allclose(extra[:, col + d], level.sum(axis=1))
+        col += 2 * d
+    assert np.allclose(extra[:, -2], np.log2(np.prod([t[:, -1] for t in tiles], axis=0)))
+    plain = moves.draft_features(vecs)
+    assert np.array_equal(moves.draft_features(vecs, level_products=True), np.hstack([plain, extra]))

@@ -153,9 +153,9 @@ class MoveSpace:
         count = np.full((w, self.size, 1), np.log2(max(self.size, 1)) / 6.0, dtype=np.float32)
         return np.concatenate([static, state, self.can_move(vecs).astype(np.float32), count], axis=-1)
 
-    def draft_features(self, vecs: np.ndarray) -> np.ndarray:
+    def draft_features(self, vecs: np.ndarray, level_products: bool = False) -> np.ndarray:
         """(W, D) features of vectors for the draft model: each tile knob's levels in log2, each other knob's
-        normalised index."""
+        normalised index and, with `level_products`, the tiling's products across knobs (`level_features`)."""
         vecs = np.asarray(vecs, dtype=np.int64).reshape(-1, self.space.size)
         cols = []
         cards = self.space.cardinalities
@@ -164,7 +164,32 @@ class MoveSpace:
                 cols.append(np.log2(self._tables[knob.position][vecs[:, knob.position]]))
             else:
                 cols.append((vecs[:, knob.position] / max(cards[knob.position] - 1, 1))[:, None])
+        if level_products:
+            cols.append(self.level_features(vecs))
         return np.concatenate(cols, axis=1) if cols else np.zeros((len(vecs), 0))
+
+    def level_features(self, vecs: np.ndarray) -> np.ndarray:
+        """log2 products across tile knobs, which trees cannot form from per-knob columns: among the knobs of
+        the same depth (MetaSchedule's CPU tiling splits spatial loops 4 ways and reductions 2 ways), each
+        level's product (level 0 over the spatial loops: the parallel extent) and the product of each level
+        and all inside it (a tile's footprint: what must fit a register file or a cache); then the innermost
+        and the two innermost levels over all knobs."""
+        vecs = np.asarray(vecs, dtype=np.int64).reshape(-1, self.space.size)
+        by_depth: dict[int, list[np.ndarray]] = {}
+        for knob in self.space.knobs:
+            if knob.kind == TILE:
+                levels = np.log2(self._tables[knob.position][vecs[:, knob.position]])
+                by_depth.setdefault(levels.shape[1], []).append(levels)
+        if not by_depth:
+            return np.zeros((len(vecs), 0))
+        cols = []
+        for depth in sorted(by_depth):
+            level = np.sum(by_depth[depth], axis=0)  # (W, depth)
+            cols += [level, np.cumsum(level[:, ::-1], axis=1)[:, ::-1]]
+        every = [lv for group in by_depth.values() for lv in group]
+        cols.append(np.sum([lv[:, -1] for lv in every], axis=0)[:, None])
+        cols.append(np.sum([lv[:, -2:].sum(axis=1) for lv in every], axis=0)[:, None])
+        return np.concatenate(cols, axis=1)
 
 
 __all__ = ["DECREASE", "INCREASE", "KEEP", "MoveSpace", "UNIT_FEATURES"]
