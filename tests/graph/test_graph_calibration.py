@@ -40,6 +40,32 @@ def test_convs_are_classified_by_layout_and_grouping_on_both_sides():
     assert [roofline.call_kind(c) for c in (nchw, nhwc, depthwise)] == ["conv", "conv_nhwc", "group_conv"]
 
 
+def test_transposes_are_a_kind_of_their_own_on_both_sides():
+    """Tuned on CPU, NCHW<->NHWC transposes ran at half the bandwidth of other element-wise kernels."""
+    assert roofline.block_kind(["T_transpose", "compute"]) == "transpose"
+    assert roofline.op_kind("fused_transpose1_tir_clip1") == "transpose"
+    assert roofline.op_kind("relax.permute_dims") == "transpose" == roofline.op_kind("relax.layout_transform")
+    # a transpose inside a matmul or attention kernel leaves it that kind
+    assert roofline.block_kind(["T_transpose", "NT_matmul"]) == "matmul"
+    assert roofline.op_kind("relax.add") == "elementwise"
+
+
+def test_a_fused_group_with_a_transpose_is_priced_as_one():
+    from tvm.script import relax as R
+
+    from tvm_rl.graph import profiles, testing
+
+    def body(emit, x):  # add, then transpose: the group's first op is element-wise, its pace the transpose's
+        return emit(R.permute_dims(emit(R.add(x, x)), [0, 2, 3, 1]))
+
+    kinds = [k.kind for k in profiles.fused_groups(testing.module(body, [(1, 8, 16, 16)]))]
+    assert kinds == ["transpose"]
+    slow = roofline.RooflineModel(roofline.Hardware(100.0, 100.0),
+                                  (("transpose", roofline.Hardware(100.0, 1.0)),))
+    mod = testing.module(body, [(1, 8, 16, 16)])
+    assert profiles.graph_roofline_ms(mod, slow) > 50 * profiles.graph_roofline_ms(mod, roofline.Hardware(100.0, 100.0))
+
+
 def test_a_kind_without_its_own_roofline_borrows_its_familys():
     conv, depthwise, rest = roofline.Hardware(10.0, 5.0), roofline.Hardware(1.0, 1.0), roofline.Hardware(100.0, 100.0)
     model = roofline.RooflineModel(rest, (("conv", conv), ("group_conv", depthwise)))
@@ -48,6 +74,10 @@ def test_a_kind_without_its_own_roofline_borrows_its_familys():
     assert model.time_ms(f, b, "group_conv_nhwc") == depthwise.time_ms(f, b)
     assert model.time_ms(f, b, "elementwise") == rest.time_ms(f, b)
     assert roofline.RooflineModel(rest).time_ms(f, b, "group_conv_nhwc") == rest.time_ms(f, b)
+    # a roofline fitted before transposes had their own kind prices them as its element-wise kernels
+    ewise = roofline.Hardware(20.0, 30.0)
+    old = roofline.RooflineModel(rest, (("elementwise", ewise),))
+    assert old.time_ms(f, b, "transpose") == ewise.time_ms(f, b)
 
 
 def test_fit_recovers_the_rooflines_of_known_kernels():

@@ -223,8 +223,10 @@ def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[FusedKer
             if g.external[n] or any(r != gi for r in readers.get(n, ())):
                 nbytes += var_bytes[n]
         anchor = next((n for n in names if fusion.pattern_of(g.values[n]) == fusion.OUT_EWISE_FUSABLE), names[0])
-        out.append(FusedKernel(sum(profiles[n].flops for n in names), nbytes, profiles[anchor].kind,
-                               _gemm_of(g.values[anchor])))
+        kind = profiles[anchor].kind
+        if kind == "elementwise" and any(profiles[n].kind == "transpose" for n in names):
+            kind = "transpose"  # its strided side sets the pace, wherever the transpose sits in the group
+        out.append(FusedKernel(sum(profiles[n].flops for n in names), nbytes, kind, _gemm_of(g.values[anchor])))
     return out
 
 

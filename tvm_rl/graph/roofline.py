@@ -41,10 +41,11 @@ class Hardware:
 # Convolutions by layout and grouping: tuned on CPU, depthwise convs ran 1.2-3.6x faster in NHWC than the same
 # shapes in NCHW, and a layout-blind proxy priced every layout change as a loss (logs/tuning/llvm_s16).
 KINDS = ("conv", "conv_nhwc", "group_conv", "group_conv_nhwc", "matmul", "attention", "pool", "reduce",
-         "elementwise")
+         "transpose", "elementwise")
 # A kind without a roofline of its own borrows its family's before the all-kinds one: a conv in another layout
-# runs closer to a conv than to the average (mostly element-wise) kernel.
-FAMILY = {"conv_nhwc": "conv", "group_conv": "conv", "group_conv_nhwc": "group_conv"}
+# runs closer to a conv than to the average (mostly element-wise) kernel, and a roofline fitted before
+# transposes had a kind of their own prices them as it did then.
+FAMILY = {"conv_nhwc": "conv", "group_conv": "conv", "group_conv_nhwc": "group_conv", "transpose": "elementwise"}
 
 
 # Reductions by name: softmax and the norms, or sum/max/min/prod/red as a whole word ("relax.max", "lv4_sum",
@@ -73,6 +74,12 @@ def op_kind(name: str) -> str:
         return "elementwise"
     if _REDUCE.search(name):
         return "reduce"
+    # A transpose reads or writes with a stride: tuned on CPU, MobileNet-V2's largest NCHW<->NHWC transposes ran
+    # at 10-15 GB/s where the element-wise roofline assumed twice that, and priced as element-wise the
+    # transposes that 1x1-conv-to-matmul rewrites leave were underpriced until a graph with 34 of them measured
+    # 12% slower than one the proxy ranked below it (docs/results/graph_ablation.md, the proxy audit).
+    if "transpose" in name or "permute_dims" in name or "layout_transform" in name:
+        return "transpose"
     return "elementwise"
 
 
