@@ -30,6 +30,44 @@ def test_optimize_a_relax_module_end_to_end(tmp_path, cpu):
     assert "outputs match" in r.summary()
 
 
+@pytest.mark.slow
+def test_graph_rounds_rewrite_again_after_tuning_and_keep_the_fastest(tmp_path, cpu, monkeypatch):
+    """Each round after the first is priced by the kernels tuned before it; a round that repeats an earlier
+    round's graph ends the loop; the kept build is the round that measured fastest."""
+    import types
+
+    import tvm_ffi
+
+    import tvm_rl.flow
+    from tvm_rl.database import TuningDatabase
+    from tvm_rl.graph.rules.base import get_rule
+
+    mod = T.merge_matmul_graph()
+    rule = get_rule("merge_parallel_matmul")
+    merged = rule.apply(mod, rule.find(tvm_rl.graph.view.graph_of(mod))[0])
+    graphs, seen_records = [merged, mod, merged], []
+
+    def fake_rewrite(source, target, tuning_dir, *args):
+        folder = TuningDatabase.of(tuning_dir)
+        seen_records.append(folder is not None and folder.records_path.exists())
+        out = graphs[len(seen_records) - 1]
+        applied = [] if out is mod else ["merge_parallel_matmul"]
+        return out, types.SimpleNamespace(applied=applied, reason="r", policy="p")
+
+    monkeypatch.setattr(tvm_rl.flow, "_rewrite", fake_rewrite)
+    out = tvm_rl.optimize(mod, cpu, work_dir=tmp_path, trials_per_kernel=2, repeat=3, graph_rounds=4)
+    r = out.report
+    assert seen_records == [False, True, True]  # rounds 2 and 3 saw round 1's tuned kernels
+    assert [g.get("round") for g in r.graph_rounds] == [1, 2, 3]
+    assert r.graph_rounds[2] == {"round": 3, "same_graph_as_round": 1}  # repeated: not tuned or timed again
+    timed = r.graph_rounds[:2]
+    best = min(timed, key=lambda g: g["tuned_ms"])
+    assert r.tuned_ms == best["tuned_ms"] and r.graph_rewrites == (["merge_parallel_matmul"] * best["rewrites"])
+    if not r.kept_default:
+        assert tvm_ffi.structural_equal(out.mod, merged if best["round"] == 1 else mod)
+    assert {"graph pass", "graph pass 2", "graph pass 3", "tuning", "tuning 2"} <= set(r.seconds)
+
+
 def test_optimize_rejects_what_it_cannot_take():
     with pytest.raises(TvmRlError, match="takes a torch.nn.Module"):
         tvm_rl.optimize(42)
