@@ -11,8 +11,8 @@ speedup, mean ± 95% t-interval over the seeds (n = 3 by default: a wide interva
 which arms differ from the best non-learned arm by more than 1%. Without --no-measure, a model on which any
 two arms differ by more than 1% by the proxy has every arm's graphs built with the same kernel schedules
 (--database's; with --tune-trials tuned first), checked against the original and timed in interleaved
-rounds; unless --no-confirm, a graph measured no faster than the original counts as the original (what the
-pass's and the searches' confirmation return). Resumable: logs/graph_ablation_<target>_<size>[_proxy].json
+rounds (with --measure-all, also where they are within 1%); unless --no-confirm, a graph measured no faster
+than the original counts as the original (what the pass's and the searches' confirmation return). Resumable: logs/graph_ablation_<target>_<size>[_proxy].json
 is rewritten after every run, and runs already there are kept unless --force (by the proxy: per run; measured:
 per model). With --audit, every measured graph's kernels are also timed alone and set beside the proxy's
 price of them, per kernel kind: where the proxy and the measurement disagree. On CPU, untuned kernels are
@@ -186,6 +186,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-measure", action="store_true", help="compare by the proxy only (no builds: for "
                     "full-size models on CPU, whose untuned builds take minutes per run)")
+    ap.add_argument("--measure-all", action="store_true", help="build and time the arms' graphs also where they "
+                    "are within 1%% of each other by the proxy (the proxy can be 10%% off on a graph)")
     ap.add_argument("--audit", action="store_true", help="measured: also time every graph's kernels alone and "
                     "set them beside the proxy's price, per kind (tvm_rl.graph.proxy_audit)")
     ap.add_argument("--force", action="store_true", help="re-run the runs already in the JSON")
@@ -240,7 +242,7 @@ def main() -> None:
         entry["compare"] = ablation.compare({a: entry["summary"][a] for a in args.arms})
         if not args.no_measure:
             entry["measured"] = (measure_arms(model, graphs, entry["runs"], target, database, args, hardware)
-                                 if entry["compare"]["any_differ"]
+                                 if entry["compare"]["any_differ"] or args.measure_all
                                  else {"skipped": "no two arms differ by more than 1% by the proxy"})
         save()
         cmp = entry["compare"]
