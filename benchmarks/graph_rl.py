@@ -12,9 +12,9 @@ which arms differ from the best non-learned arm by more than 1%. Without --no-me
 two arms differ by more than 1% by the proxy has every arm's graphs built with the same kernel schedules
 (--database's; with --tune-trials tuned first), checked against the original and timed in interleaved
 rounds (with --measure-all, also where they are within 1%); unless --no-confirm, a graph measured no faster
-than the original counts as the original (what the pass's and the searches' confirmation return). Resumable: logs/graph_ablation_<target>_<size>[_proxy].json
-is rewritten after every run, and runs already there are kept unless --force (by the proxy: per run; measured:
-per model). With --audit, every measured graph's kernels are also timed alone and set beside the proxy's
+than the original counts as the original (what the pass's and the searches' confirmation return).
+Resumable: logs/graph_ablation_<target>_<size>[_proxy].json is rewritten after every run, and runs already
+there are kept unless --force (by the proxy: per run; measured: per model). With --audit, every measured graph's kernels are also timed alone and set beside the proxy's
 price of them, per kernel kind: where the proxy and the measurement disagree. On CPU, untuned kernels are
 naive loops (docs/limits.md).
 """
