@@ -14,9 +14,9 @@ two arms differ by more than 1% by the proxy has every arm's graphs built with t
 rounds (with --measure-all, also where they are within 1%); unless --no-confirm, a graph measured no faster
 than the original counts as the original (what the pass's and the searches' confirmation return).
 Resumable: logs/graph_ablation_<target>_<size>[_proxy].json is rewritten after every run, and runs already
-there are kept unless --force (by the proxy: per run; measured: per model). With --audit, every measured graph's kernels are also timed alone and set beside the proxy's
-price of them, per kernel kind: where the proxy and the measurement disagree. On CPU, untuned kernels are
-naive loops (docs/limits.md).
+there are kept unless --force (by the proxy: per run; measured: per model). With --audit, every measured
+graph's kernels are also timed alone and set beside the proxy's price of them, per kernel kind: where the
+proxy and the measurement disagree. On CPU, untuned kernels are naive loops (docs/limits.md).
 """
 import argparse
 import json
