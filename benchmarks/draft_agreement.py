@@ -61,7 +61,7 @@ def agreement(search, rated, train: int, seed: int) -> dict[str, dict]:
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(vecs))
     fit, test = order[:train], order[train:]
-    moves = search._moves(s) if hasattr(search, "_moves") else None
+    moves = search._moves(s)
     out = {}
     for label, products in FEATURES.items():
         feats = moves.draft_features(vecs, level_products=products)

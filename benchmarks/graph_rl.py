@@ -137,13 +137,15 @@ def measure_arms(model, graphs: dict, runs: dict, target, database, args, hardwa
 
 def audit_variants(variants: dict, rows: dict, target, database, args, hardware) -> dict[str, dict]:
     """`proxy_audit.audit_graph` of every distinct measured graph with the schedules it was built with."""
-    tune = tuner(target, args)
+    # With --tune-trials, --database holds every variant's kernels by now: opened again, it reads them all.
+    if args.tune_trials:
+        database = open_database_arg(args.database)
     audits = {}
     for key, (mod, *_) in variants.items():
         if "same_graph_as" in rows[key]:
             continue
         print(f"  auditing {key}'s kernels", flush=True)
-        audits[key] = proxy_audit.audit_graph(mod, target, hardware, tune(mod) if tune else database)
+        audits[key] = proxy_audit.audit_graph(mod, target, hardware, database)
         audits[key]["latency_ms"] = rows[key]["latency_ms"]
     return audits
 

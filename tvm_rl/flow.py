@@ -171,16 +171,17 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
 
     tuning_dir = work / "tuning" / target.kind.name
     rounds: list[_Round] = []
+    repeated: list[dict] = []  # the round that chose an earlier round's graph, if one did
     finish = 0.0  # seconds building, checking and timing the rounds' graphs
     for r in range(max(1, graph_rounds) if rewrite else 1):
-        mod = m.mod
+        mod, rl_report = m.mod, None
         if rewrite:
             t = time.perf_counter()
             mod, rl_report = _rewrite(m.mod, target, tuning_dir, policy, rewrite_steps, rewrite_seconds, seed)
             seconds["graph pass" + (f" {r + 1}" if r else "")] = time.perf_counter() - t
             same = next((i for i, c in enumerate(rounds) if tvm_ffi.structural_equal(c.mod, mod)), None)
             if same is not None:  # the refitted proxy chose the same graph: nothing new to tune or time
-                report.graph_rounds.append({"round": r + 1, "same_graph_as_round": same + 1})
+                repeated.append({"round": r + 1, "same_graph_as_round": same + 1})
                 break
         t = time.perf_counter()
         database, tuned = tune_model(mod, target, tuning_dir, trials_per_kernel=trials_per_kernel,
@@ -198,7 +199,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
         if not check.ok:
             raise MismatchError(f"{m.name}: the optimized module's output {check.worst_output} differs from the "
                                 f"source model's by {check.max_abs_err:.3g} (rtol {rtol}, atol {atol} x {scale:.3g})")
-        rounds.append(_Round(mod, database, executable, runner, check.max_abs_err, rl_report if rewrite else None))
+        rounds.append(_Round(mod, database, executable, runner, check.max_abs_err, rl_report))
         finish += time.perf_counter() - t
 
     t = time.perf_counter()
@@ -206,9 +207,9 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     timings = measure.time_interleaved({str(i): c.runner for i, c in enumerate(rounds)}, m.inputs, repeat=repeat)
     for i, c in enumerate(rounds):
         c.tuned_ms = timings[str(i)].median_ms
-    if len(rounds) > 1 or graph_rounds > 1:
+    if graph_rounds > 1:
         report.graph_rounds = [{"round": i + 1, "rewrites": len(c.rl.applied) if c.rl else 0,
-                                "tuned_ms": c.tuned_ms} for i, c in enumerate(rounds)] + report.graph_rounds
+                                "tuned_ms": c.tuned_ms} for i, c in enumerate(rounds)] + repeated
     best = min(rounds, key=lambda c: c.tuned_ms)
     mod, database, executable = best.mod, best.database, best.executable
     if best.rl is not None:
