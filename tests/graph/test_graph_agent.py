@@ -174,6 +174,22 @@ def test_training_offers_the_every_match_actions_unless_told_not_to(monkeypatch)
         assert any(isinstance(r, AllMatches) for r in env.rules) is expected
 
 
+def test_training_can_reward_the_best_graph_seen(monkeypatch, tmp_path):
+    from tvm_rl.graph import train as train_module
+
+    seen = {}
+    monkeypatch.setattr(train_module, "train", lambda config: seen.setdefault("config", config))
+    train_module.main(["--models", "squeezenet1_1", "--reward", "best"])
+    config = seen["config"]
+    env = make_env("squeezenet1_1", config)
+    assert env.reward == "best"
+    ep = train_module.play(env, UniformPolicy(PolicyConfig(hidden=32, gat_layers=2)), np.random.default_rng(0))
+    # the episode's speedup is its cheapest graph's, what its rewards add up to
+    assert ep.ret == pytest.approx((ep.speedup - 1) / ep.speedup * 100)
+    with pytest.raises(ValueError, match="--reward must be one of delta, best, got 'final'"):
+        train(TrainConfig(models=("squeezenet1_1",), reward="final", work_dir=str(tmp_path)), progress=False)
+
+
 @pytest.mark.slow
 def test_worker_processes_see_models_registered_by_the_users_module(tmp_path, monkeypatch):
     (tmp_path / "my_zoo.py").write_text(

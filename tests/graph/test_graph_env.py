@@ -123,3 +123,38 @@ def test_random_agent_runs_full_episodes_on_every_tiny_model(name):
         steps, info = run_random_episode(mod, seed=seed, cap=64, horizon=4)
         assert steps >= 1 and info["cost_ms"] > 0
     assert time.perf_counter() - start < 300
+
+
+def hashed_cost(mod):
+    """A cost with no relation to the graph's work, so some rewrites are uphill and some downhill."""
+    import tvm_ffi
+
+    return 1.0 + (tvm_ffi.structural_hash(mod) % 1000) / 1000.0
+
+
+def test_best_reward_pays_only_for_a_new_cheapest_graph():
+    def walk(reward):
+        env = GraphRewriteEnv(T.merge_matmul_graph(), cap=8, horizon=6, cost=hashed_cost, reward=reward)
+        obs, info = env.reset(seed=0)
+        steps, done = [], False
+        while not done:
+            valid = np.flatnonzero(obs["action_mask"][:env.stop_action])
+            obs, r, term, trunc, info = env.step(int(valid[-1]) if len(valid) else env.stop_action)
+            steps.append((r, info["cost_ms"]))
+            done = term or trunc
+        return steps, info
+
+    delta, _ = walk("delta")
+    best, info = walk("best")
+    assert [c for _, c in delta] == [c for _, c in best]  # the same walk, rewarded two ways
+    assert any(r < 0 for r, _ in delta), "the walk should go uphill somewhere for this test to mean anything"
+    rt0 = info["initial_cost_ms"]
+    lowest = min([rt0] + [c for _, c in best])
+    assert info["best_cost_ms"] == pytest.approx(lowest)
+    assert sum(r for r, _ in best) == pytest.approx((rt0 - lowest) / rt0 * 100)
+    assert all(r >= 0 for r, _ in best)
+
+
+def test_unknown_reward_is_named():
+    with pytest.raises(ValueError, match="reward must be one of delta, best, got 'final'"):
+        small_env(reward="final")

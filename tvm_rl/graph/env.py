@@ -9,7 +9,9 @@ leads to the current graph), as padded tensors a GNN reads (`observation.observe
   edges (cap+1, M, 2) producer -> consumer node indices; edge_features (cap+1, M, E): the tensor's dims;
   n_nodes, n_edges (cap+1,); globals (cap+1, 2): cost / RT[0] and log(1 + cost in us);
   action_mask (cap+1,): 1 where the action is valid (also in `info["action_mask"]`).
-Reward: (RT[t-1] - RT[t]) / RT[0] * 100 with RT from `cost` (default: the Relax roofline proxy), or, with
+Reward ("delta", the default): (RT[t-1] - RT[t]) / RT[0] * 100 with RT from `cost` (default: the Relax roofline
+proxy); "best": (B[t-1] - B[t]) / RT[0] * 100 with B[t] the cheapest RT seen so far, so an episode's return is what
+the graph `RLRewritePass` keeps (the best one seen) gained, and uphill steps that lead lower cost nothing. With
 `measure` and `measure_every=N`, measured at reset, every N steps and at the episode's end, the proxy in
 between being scaled by the last measured/proxy ratio, so an episode's rewards add up to the measured gain.
 """
@@ -37,6 +39,7 @@ from .observation import (
 )
 from .rules import Rule, all_rules
 
+REWARDS = ("delta", "best")  # per-step cost change, or change of the best cost seen (module docstring)
 _HIGH = 1e9  # features are logs and ratios; a finite bound keeps the env checker from warning
 
 
@@ -54,7 +57,10 @@ class GraphRewriteEnv(gym.Env):
                  cost: costs.CostFn | None = None, hardware: roofline.Roofline | None = None,
                  target: tvm.target.Target | str = "llvm", measure: costs.CostFn | None = None,
                  measure_every: int | None = None, max_nodes: int | None = None, max_edges: int | None = None,
-                 check: bool = False, shortlist: int | None = None, features: FeatureSpec | None = None):
+                 check: bool = False, shortlist: int | None = None, features: FeatureSpec | None = None,
+                 reward: str = "delta"):
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
         if cap < 1 or horizon < 1:
             raise ValueError(f"cap and horizon must be >= 1, got cap={cap}, horizon={horizon}")
         if (measure is None) != (measure_every is None):
@@ -70,6 +76,7 @@ class GraphRewriteEnv(gym.Env):
         # Node features from `features` (what a policy trained here records), by default the pricing roofline.
         self.features = features or FeatureSpec.of(self.hardware, target)
         self.measure, self.measure_every = measure, measure_every
+        self.reward = reward
         first = encode(mod, self.features.roofline)
         self.max_nodes = max_nodes or _round_up(2 * len(first.nodes))
         self.max_edges = max_edges or _round_up(2 * len(first.edges))
@@ -104,7 +111,7 @@ class GraphRewriteEnv(gym.Env):
         self._scale = 1.0
         if self.shortlist is not None:
             self.shortlist.reset()
-        self.rt0 = self.rt = self._latency(self.initial, force_measure=True)
+        self.rt0 = self.rt = self.best_rt = self._latency(self.initial, force_measure=True)
         obs = self._observe()
         return obs, self._info(measured=self.measure is not None)
 
@@ -128,7 +135,12 @@ class GraphRewriteEnv(gym.Env):
         prev = self.rt
         if not invalid or measured:
             self.rt = self._latency(self.mod, force_measure=measured)
-        reward = (prev - self.rt) / self.rt0 * 100.0
+        if self.reward == "best":
+            prev, self.best_rt = self.best_rt, min(self.best_rt, self.rt)
+            reward = (prev - self.best_rt) / self.rt0 * 100.0
+        else:
+            self.best_rt = min(self.best_rt, self.rt)
+            reward = (prev - self.rt) / self.rt0 * 100.0
         # A fresh copy even when the graph is unchanged: callers keep the observations they are given.
         obs = {k: v.copy() for k, v in self._obs.items()} if (invalid or terminated) else self._observe()
         info = self._info(measured=measured)
@@ -168,7 +180,8 @@ class GraphRewriteEnv(gym.Env):
         return self._obs
 
     def _info(self, measured: bool) -> dict:
-        return {"action_mask": self._obs["action_mask"].copy(), "cost_ms": self.rt, "initial_cost_ms": self.rt0,
+        return {"action_mask": self._obs["action_mask"].copy(), "cost_ms": self.rt, "best_cost_ms": self.best_rt,
+                "initial_cost_ms": self.rt0,
                 "step": self.t, "n_candidates": len(self.candidates), "candidates": self.candidates.summary(),
                 "oversize": self.oversize, "applied": list(self.applied), "measured": measured}
 

@@ -63,6 +63,9 @@ class TrainConfig:
     value_coef: float = 0.5
     entropy_coef: float = 0.01
     max_grad_norm: float = 0.5
+    # "delta": each step's cost change (X-RLflow's reward); "best": the change of the cheapest graph seen, the one
+    # the pass keeps, so an uphill step that leads lower is not penalised (env.REWARDS)
+    reward: str = "delta"
     imitation_episodes: int = 8  # greedy demonstrations cloned before PPO starts (0: PPO from scratch)
     imitation_epochs: int = 20
     hidden: int = 64
@@ -129,7 +132,7 @@ def make_env(model: str, config: TrainConfig, features: FeatureSpec | None = Non
     features = features or feature_spec(config)
     return GraphRewriteEnv(models.load(model, config.size).mod, cap=config.cap, horizon=config.horizon,
                            target=config.target, hardware=features.roofline, features=features,
-                           shortlist=config.shortlist or None,
+                           shortlist=config.shortlist or None, reward=config.reward,
                            rules=with_all_matches(all_rules()) if config.all_matches else None)
 
 
@@ -149,7 +152,8 @@ def play(env, policy: GraphActorCritic, rng: np.random.Generator, model: str = "
         ep.values.append(value)
         ep.rewards.append(reward)
         done = terminated or truncated
-    ep.speedup = info["initial_cost_ms"] / info["cost_ms"]
+    # What the episode is rewarded for: its final graph, or with reward "best" the cheapest one it saw.
+    ep.speedup = info["initial_cost_ms"] / info["best_cost_ms" if env.reward == "best" else "cost_ms"]
     ep.applied = info["applied"]
     return ep
 
@@ -286,6 +290,10 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
     import_model_modules(config.model_modules)
     from .. import models
 
+    from .env import REWARDS
+
+    if config.reward not in REWARDS:
+        raise ValueError(f"--reward must be one of {', '.join(REWARDS)}, got {config.reward!r}")
     unknown = [m for m in config.models if m not in models.names()]
     if unknown:
         raise UnknownModelError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(models.names())} "
