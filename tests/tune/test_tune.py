@@ -78,3 +78,42 @@ def test_an_exhausted_kernel_is_not_searched_again(cpu, tmp_path):
     assert list(TuningDatabase(tmp_path).read_exhausted().values()) == [have]
     _, again = tune_workloads(workload, cpu, tmp_path, trials_per_kernel=32, trials_per_iter=8)
     assert again.skipped == ["scale8"] and again.tuned == [] and again.measured == 0
+
+
+@pytest.mark.slow
+def test_each_kernels_records_are_in_the_database_before_the_next_kernel_is_measured(cpu, tmp_path):
+    """A model's kernels are tuned in one call; a kill must not lose the kernels already measured. MetaSchedule's
+    default (gradient) scheduler committed nothing until every kernel had its first batch."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    path = tmp_path / "database_tuning_record.json"
+
+    @derived_object
+    class SyncRunner(ms.runner.PyRunner):
+        """The local runner, waited on before returning (so its results are ready to commit at once), noting
+        how many records the database file held when each batch came in."""
+
+        def __init__(self):
+            super().__init__()
+            self.inner = ms.runner.LocalRunner()
+            self.lines_before: list[int] = []
+
+        def run(self, inputs):
+            self.lines_before.append(len(path.read_text().splitlines()) if path.is_file() else 0)
+            futures = self.inner.run(inputs)
+            for future in futures:
+                future.result()
+            return futures
+
+    def scale(n, k):
+        a = te.placeholder((n,), name="A")
+        b = te.compute((n,), lambda i: a[i] * k, name="B")
+        return tvm.IRModule({"main": te.create_prim_func([a, b])})
+
+    runner = SyncRunner()
+    workloads = [(f"scale{n}", scale(n, 2.0), 1.0) for n in (64, 128, 256)]
+    tune_workloads(workloads, cpu, tmp_path, trials_per_kernel=2, trials_per_iter=2, runner=runner)
+    lines_before = runner.lines_before
+    assert len(lines_before) == 3
+    assert lines_before[1] >= 1 and lines_before[2] > lines_before[1], lines_before
