@@ -39,3 +39,22 @@ def test_caches_holding_new_weights_are_flushed_once_the_rewrites_made_the_budge
     const(np.zeros(500, "float32"), "float32")  # 4000 bytes since the flush: every registered cache is cleared
     assert not fingerprint._MODULE_KEYS and not view._GRAPHS and not fingerprint._TEMPLATES
     assert module_key(mod) == module_key(T.bn_graph(seed=0))  # only a memo was lost
+
+
+def test_an_encoding_cache_lets_go_of_its_graphs_when_the_shared_caches_are_flushed(monkeypatch):
+    """The training environment's encoding cache is owned by the env, not registered (it dies with it); its
+    graphs, and the weights their rewrites made, must still go when the registered caches are flushed."""
+    from tvm_rl.graph import keepalive, observation, roofline
+    from tvm_rl.graph.rules.ir import const
+
+    calls = []
+    real = observation.encode
+    monkeypatch.setattr(observation, "encode", lambda mod, hw: calls.append(mod) or real(mod, hw))
+    monkeypatch.setattr(keepalive, "BUDGET", 3000)
+    cache, mod, hw = observation.EncodingCache(), T.bn_graph(seed=0), roofline.default_hardware("llvm")
+    cache.encode(mod, hw)
+    cache.encode(mod, hw)
+    assert len(calls) == 1  # remembered
+    const(np.zeros(1000, "float32"), "float32")  # 4000 bytes of new weights: past the budget, a flush
+    cache.encode(mod, hw)
+    assert len(calls) == 2 and len(cache._entries) == 1  # the old entries went; only this graph is held

@@ -1,6 +1,8 @@
 """Graph agent: encoder, actor-critic, PPO training and RLRewritePass."""
 import sys
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -131,10 +133,13 @@ def test_short_training_beats_a_random_policy(tmp_path):
     assert trained > uniform
     assert (tmp_path / "train.csv").read_text().count("\n") == 5
     assert (tmp_path / "train.png").exists() and (tmp_path / "policy.pt").exists()
-    # Resuming a finished run does no more work and keeps the history.
-    again = train(config, progress=False)
+    # Resuming a finished run does no more work and keeps the history, on other threads too; other settings
+    # of what is learned are refused.
+    again = train(replace(config, torch_threads=2), progress=False)
     assert (tmp_path / "train.csv").read_text().count("\n") == 5
     assert again is not None
+    with pytest.raises(ValueError, match="other settings; use another --work-dir"):
+        train(replace(config, learning_rate=1e-2), progress=False)
 
 
 def test_unknown_models_and_modules_are_named_before_training(tmp_path):

@@ -19,6 +19,7 @@ BUDGET = 2 << 30  # bytes of new constants made between flushes
 
 _CACHES: list[MutableMapping] = []
 _CREATED = [0]
+_FLUSHES = [0]
 
 
 def cache(mapping: MutableMapping) -> MutableMapping:
@@ -61,3 +62,10 @@ def flush() -> None:
     for mapping in _CACHES:
         mapping.clear()
     _CREATED[0] = 0
+    _FLUSHES[0] += 1
+
+
+def flushes() -> int:
+    """How many flushes there have been: a cache owned by an object (not registered, so that it dies with its
+    owner) clears itself when this changes, and so keeps no more new weights alive than the registered ones."""
+    return _FLUSHES[0]

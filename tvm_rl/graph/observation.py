@@ -22,7 +22,7 @@ from tvm.ir import GenericConst, Var
 from .. import measure
 from ..database import DatabaseLike, TuningDatabase
 from ..errors import FeatureMismatchError
-from . import fusion, profiles, roofline, view
+from . import fusion, keepalive, profiles, roofline, view
 from .fingerprint import module_key, same_graph
 from .gemm_cost import GemmModel
 
@@ -237,8 +237,14 @@ class EncodingCache:
     def __init__(self, limit: int = 4096):
         self.limit = limit
         self._entries: dict[int, tuple[tvm.IRModule, roofline.Roofline, GraphTensors]] = {}
+        self._flushes = keepalive.flushes()
 
     def encode(self, mod: tvm.IRModule, hardware: roofline.Roofline) -> GraphTensors:
+        # Entries hold their graphs, and with them the weights rewrites made: cleared with the process-wide
+        # caches, or a training worker on full-size CNNs kept thousands of graphs' folded weights (9 GB, OOM).
+        if self._flushes != keepalive.flushes():
+            self._entries.clear()
+            self._flushes = keepalive.flushes()
         key = module_key(mod)
         hit = self._entries.get(key)
         if hit is not None and hit[1] == hardware and same_graph(hit[0], mod):

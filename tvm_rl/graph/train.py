@@ -308,7 +308,9 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
     if ckpt_path.exists():  # resume where a killed run stopped
         ckpt = _load_checkpoint(ckpt_path)
         saved = asdict(TrainConfig()) | ckpt["config"]  # settings added since that run take their defaults
-        if saved != asdict(config) | {"iterations": saved["iterations"]}:
+        # How long to train and on how many processes may change; what is learned may not (an episode's seed,
+        # not its process, decides what it plays).
+        if saved != asdict(config) | {k: saved[k] for k in ("iterations", "workers", "torch_threads")}:
             raise ValueError(f"{ckpt_path} was written by a run with other settings; use another --work-dir")
         policy.load_state_dict(ckpt["policy"])
         optimizer.load_state_dict(ckpt["optimizer"])
