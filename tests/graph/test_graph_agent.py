@@ -1,6 +1,5 @@
 """Graph agent: encoder, actor-critic, PPO training and RLRewritePass."""
 import sys
-
 from dataclasses import replace
 
 import numpy as np

@@ -289,7 +289,6 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
     torch.set_num_threads(config.torch_threads)
     import_model_modules(config.model_modules)
     from .. import models
-
     from .env import REWARDS
 
     if config.reward not in REWARDS:
