@@ -135,12 +135,9 @@ class GraphRewriteEnv(gym.Env):
         prev = self.rt
         if not invalid or measured:
             self.rt = self._latency(self.mod, force_measure=measured)
-        if self.reward == "best":
-            prev, self.best_rt = self.best_rt, min(self.best_rt, self.rt)
-            reward = (prev - self.best_rt) / self.rt0 * 100.0
-        else:
-            self.best_rt = min(self.best_rt, self.rt)
-            reward = (prev - self.rt) / self.rt0 * 100.0
+        best_before, self.best_rt = self.best_rt, min(self.best_rt, self.rt)
+        gain = best_before - self.best_rt if self.reward == "best" else prev - self.rt
+        reward = gain / self.rt0 * 100.0
         # A fresh copy even when the graph is unchanged: callers keep the observations they are given.
         obs = {k: v.copy() for k, v in self._obs.items()} if (invalid or terminated) else self._observe()
         info = self._info(measured=measured)
