@@ -107,8 +107,10 @@ def test_the_pass_takes_arm_names_checkpoints_and_networks():
     assert RLRewritePass(policy=str(DEFAULT_POLICY)).policy.path == DEFAULT_POLICY
     net = GraphActorCritic(PolicyConfig(hidden=16, gat_layers=1, heads=2))
     assert RLRewritePass(policy=net).policy is net
+    with pytest.raises(PolicyError, match="unknown graph policy 'cheapest_first': an arm .*cheapest-first"):
+        RLRewritePass(policy="cheapest_first")  # a misspelt arm: the names it could have meant
     with pytest.raises(PolicyError, match="does not exist"):
-        RLRewritePass(policy="cheapest_first")  # a misspelt arm is read as a checkpoint path, and said missing
+        RLRewritePass(policy="runs/policy.pt")  # a checkpoint path that is not there
 
 
 # ---- the default: the best arm without learning (issue 20)

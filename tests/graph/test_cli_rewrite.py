@@ -42,3 +42,20 @@ def test_rewrite_command_runs_the_trained_policy_when_asked(tmp_path, capsys):
     report = json.loads((tmp_path / "rewrite_squeezenet1_1.json").read_text())
     assert report["policy"] == "trained" and report["steps"] == 1
     assert "(policy trained)" in capsys.readouterr().out
+
+
+def test_rewrite_command_runs_a_search_when_asked(tmp_path, capsys):
+    rc = main(["rewrite", "--model", "squeezenet1_1", "--policy", "backtracking-3", "--no-confirm",
+               "--work-dir", str(tmp_path)])
+    assert rc == 0
+    report = json.loads((tmp_path / "rewrite_squeezenet1_1.json").read_text())
+    assert report["policy"] == "backtracking-3" and report["episodes"] == 1 and report["steps"] == 3
+    assert report["cost_ms"] < report["initial_cost_ms"] and report["applied"]
+    assert "(policy backtracking-3)" in capsys.readouterr().out
+
+
+def test_rewrite_command_names_a_misspelt_policy(tmp_path, capsys):
+    rc = main(["rewrite", "--model", "squeezenet1_1", "--policy", "backtrack", "--work-dir", str(tmp_path)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "unknown graph policy 'backtrack'" in err and "backtracking-N" in err

@@ -89,3 +89,58 @@ def test_confirm_keeps_a_graph_only_when_it_measures_faster():
     assert faster.mod is r.mod and faster.applied == r.applied and faster.kept and faster.measured_ms == (1.0, 0.5)
     unchanged = search.backtracking(mod, lambda m: 1.0, budget=2)
     assert search.confirm(unchanged, mod, lambda a, b: 1 / 0) is unchanged  # nothing to confirm, nothing measured
+
+
+# ---- deadlines, and the searches as the pass's choice
+
+
+@pytest.mark.parametrize("name", ["greedy", "backtracking"])
+def test_a_search_past_its_deadline_stops_with_the_best_graph_so_far(name):
+    import time
+
+    def slow_cost(mod, inner=cost.roofline_cost(HW)):  # noqa: B008 -- one pricing function for every call
+        time.sleep(0.01)  # pricing dominates, so a deadline a quarter of the way in cuts the search short
+        return inner(mod)
+
+    model = models.load("squeezenet1_1", "tiny")
+    run = search.pass_search(name if name == "greedy" else "backtracking-50")
+    full = run(model.mod, slow_cost, search.all_rules(), 24, None)
+    assert full.expansions > 1 and full.applied
+    stopped = run(model.mod, slow_cost, search.all_rules(), 24, time.perf_counter())
+    assert stopped.expansions == 0 and stopped.mod is model.mod and stopped.cost == stopped.initial_cost
+    part = run(model.mod, slow_cost, search.all_rules(), 24, time.perf_counter() + full.seconds / 4)
+    assert part.expansions < full.expansions
+    assert part.cost <= part.initial_cost
+    if part.applied:
+        assert compare_variants(model.mod, {"s": part.mod}, inputs=model.inputs)["s"].ok
+
+
+def test_the_pass_runs_a_search_when_its_policy_names_one():
+    from tvm_rl.graph.rewrite_pass import RLRewritePass
+
+    model = models.load("squeezenet1_1", "tiny")
+    expected = search.backtracking(model.mod, cost.roofline_cost(HW), budget=4, cap=24)
+    rewrite = RLRewritePass("llvm", policy="backtracking-4", cost=cost.roofline_cost(HW), confirm=False, cap=24,
+                            time_budget_s=None, episodes=3)
+    out = rewrite(model.mod)
+    r = rewrite.last_report
+    assert r.policy == "backtracking-4" and r.episodes == 1 and r.steps == expected.expansions == 4
+    assert r.applied == expected.applied and tvm_ffi.structural_equal(out, expected.mod)
+    assert rewrite.policy is None and rewrite.arm is None  # no network loaded, no arm run
+    assert compare_variants(model.mod, {"pass": out}, inputs=model.inputs)["pass"].ok
+    assert search.pass_search("backtracking") is not None and search.pass_search("greedy") is not None
+    assert search.pass_search("cheapest-first") is None and search.pass_search(None) is None
+
+
+@pytest.mark.parametrize("bad", ["backtracking-0", "backtracking-x", "backtracking-"])
+def test_a_bad_search_budget_names_the_problem(bad):
+    with pytest.raises(ValueError, match="expansions"):
+        search.pass_search(bad)
+
+
+def test_an_unknown_policy_name_lists_what_the_pass_takes():
+    from tvm_rl.graph.agent import PolicyError
+    from tvm_rl.graph.rewrite_pass import RLRewritePass
+
+    with pytest.raises(PolicyError, match="backtracking-N"):
+        RLRewritePass(policy="backtrack")

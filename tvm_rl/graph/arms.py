@@ -29,7 +29,7 @@ from typing import Callable, Protocol, Sequence, runtime_checkable
 import numpy as np
 import torch
 
-from .agent import GraphActorCritic
+from .agent import GraphActorCritic, PolicyError
 from .observation import Decision
 
 ARMS = ("uniform", "cheapest-first", "cost-softmax", "untrained", "trained")
@@ -148,4 +148,7 @@ def make(policy: Arm | GraphActorCritic | str | Path | None = None, seed: int = 
         if policy == "untrained":
             return untrained(seed)
         return Network(GraphActorCritic.load(None))
+    if isinstance(policy, str) and not Path(policy).exists() and not policy.endswith(".pt"):
+        raise PolicyError(f"unknown graph policy {policy!r}: an arm ({', '.join(ARMS)}), a search (greedy, "
+                          "backtracking, backtracking-N), or a policy checkpoint file from tvm-rl train")
     return Network(GraphActorCritic.load(policy))

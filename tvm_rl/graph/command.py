@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     ap.add_argument("--size", default="tiny", choices=models.SIZES, help="zoo model size (default tiny)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
     ap.add_argument("--policy", default=DEFAULT_ARM, help=f"what chooses the rewrites: {', '.join(ARMS)} "
-                    "(trained: the learned policy shipped with tvm-rl), or a policy checkpoint from tvm-rl train "
+                    "(trained: the learned policy shipped with tvm-rl), a policy checkpoint from tvm-rl train, or a "
+                    "search run once until done or --time-budget: greedy, backtracking (TASO's, 1000 expansions; "
+                    "backtracking-N for N), which take minutes on full-size models: give them --time-budget 600 "
                     f"(default {DEFAULT_ARM}, a rule without learning)")
     ap.add_argument("--steps", type=int, default=50,
                     help="rewrites per episode at most (default 50; the time budget usually ends an episode first on "

@@ -30,7 +30,7 @@ from tvm import relax
 
 from .. import measure
 from ..database import DatabaseLike
-from . import arms, roofline
+from . import arms, roofline, search
 from . import cost as costs
 from .agent import GraphActorCritic
 from .calibration import proxy_roofline
@@ -151,7 +151,9 @@ class RLRewritePass:
         if max_steps < 0 or episodes < 1:
             raise ValueError(f"need max_steps >= 0 and episodes >= 1, got {max_steps} and {episodes}")
         self.target = measure.parse_target(target)
-        self.arm = arms.make(policy, seed)
+        self.search = search.pass_search(policy)  # a search in place of the episodes of an arm
+        self.arm = arms.make(policy, seed) if self.search is None else None
+        self.policy_name = str(policy) if self.arm is None else self.arm.name
         self.policy: GraphActorCritic | None = getattr(self.arm, "policy", None)  # the network, if the arm has one
         if isinstance(features, (roofline.Hardware, roofline.RooflineModel)):
             features = FeatureSpec.of(features, self.target)
@@ -164,9 +166,8 @@ class RLRewritePass:
         self.cost = cost or costs.roofline_cost(proxy_roofline(self.target, database))
         self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
         self.confirm = confirm
-        self.rules = all_rules() if rules is None else list(rules)
-        if all_matches:
-            self.rules = with_all_matches(self.rules)
+        self.search_rules = all_rules() if rules is None else list(rules)
+        self.rules = with_all_matches(self.search_rules) if all_matches else self.search_rules
         self.cap, self.shortlist, self.seed = cap, shortlist, seed
         self.measure_pair = measure_pair or costs.pair_measure(self.target, database=database, repeat=repeat)
         self.last_report: RewriteReport | None = None
@@ -184,7 +185,7 @@ class RLRewritePass:
             torch.set_num_threads(threads)
 
     def _rewrite(self, mod: tvm.IRModule) -> tvm.IRModule:
-        report = RewriteReport(policy=self.arm.name)
+        report = RewriteReport(policy=self.policy_name)
         self.last_report = report
         start = time.perf_counter()
         reason = self._unsupported(mod)
@@ -196,11 +197,16 @@ class RLRewritePass:
         rng = np.random.default_rng(self.seed)
         report.initial_cost = best_cost = self.cost(mod)
         best, best_path = mod, []
-        for episode in range(self.episodes):
+        for episode in range(1 if self.search is not None else self.episodes):
             if episode and past(deadline):
                 break
-            graph, c, path, steps = rollout(mod, self.arm, self.cost, self.features, self.rules, self.max_steps,
-                                            rng, deadline, self.cap, self.shortlist, episode=episode)
+            if self.search is not None:  # steps: the search's expansions
+                found = self.search(mod, self.cost, self.search_rules, self.cap, deadline)
+                graph, c, path, steps = found.mod, found.cost, found.applied, found.expansions
+            else:
+                graph, c, path, steps = rollout(mod, self.arm, self.cost, self.features, self.rules,
+                                                self.max_steps, rng, deadline, self.cap, self.shortlist,
+                                                episode=episode)
             report.episodes += 1
             report.steps += steps
             if c < best_cost:

@@ -12,12 +12,12 @@ import heapq
 import itertools
 import time
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import tvm
 
-from .candidates import enumerate_candidates
+from .candidates import enumerate_candidates, past
 from .cost import CostFn, Memo, PairMeasure
 from .fingerprint import module_key
 from .rules import Rule, all_rules
@@ -70,19 +70,27 @@ def _setup(cost: CostFn, rules: Sequence[Rule] | None) -> tuple[Memo, list[Rule]
 
 
 def greedy(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None, cap: int | None = None,
-           max_steps: int = 500, check: bool = False) -> SearchResult:
+           max_steps: int = 500, check: bool = False, deadline: float | None = None) -> SearchResult:
     """Apply the cheapest candidate while it is cheaper than the current graph (at most `max_steps` times: a
-    safety bound; full-size ResNet-50 takes over 100 rewrites)."""
+    safety bound; full-size ResNet-50 takes over 100 rewrites). Past `deadline` (a `time.perf_counter()` value)
+    it stops with the graph reached so far: a step still enumerating or pricing its candidates is abandoned."""
     start = time.perf_counter()
     cost, rules = _setup(cost, rules)
     current, current_cost = mod, cost(mod)
     initial, applied, expansions, evaluations = current_cost, [], 0, 0
     for _ in range(max_steps):
-        cands = enumerate_candidates(current, rules, cap=cap, check=check, strict=False)
+        if past(deadline):
+            break
+        found = enumerate_candidates(current, rules, cap=cap, check=check, strict=False, deadline=deadline)
+        cands = list(found)
         expansions += 1
-        evaluations += len(cands)
-        scored = [(cost(c.mod), i) for i, c in enumerate(cands)]
-        if not scored:
+        scored = []
+        for i, c in enumerate(cands):
+            if past(deadline):
+                break
+            scored.append((cost(c.mod), i))
+        evaluations += len(scored)
+        if not scored or found.timed_out or len(scored) < len(cands):
             break
         best_cost, best_i = min(scored)  # ties go to the first candidate in the deterministic order
         if best_cost >= current_cost:
@@ -118,13 +126,15 @@ def greedy_never_stop(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | N
 
 
 def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: int = 100,
-                 rules: Sequence[Rule] | None = None, cap: int | None = None, check: bool = False) -> SearchResult:
+                 rules: Sequence[Rule] | None = None, cap: int | None = None, check: bool = False,
+                 deadline: float | None = None) -> SearchResult:
     """TASO's cost-based backtracking search.
 
     A priority queue of graphs by cost, starting from `mod`; each of `budget` expansions pops the cheapest
     graph and enqueues every candidate not seen before (by `module_key`) whose cost is below
     `alpha` x the best cost so far; alpha > 1 lets it pass through slightly slower graphs. Returns the best
-    graph seen, which is `mod` itself when nothing is cheaper.
+    graph seen, which is `mod` itself when nothing is cheaper. Past `deadline` (a `time.perf_counter()` value)
+    it stops expanding and returns the best graph seen so far (every one seen was fully priced).
     """
     if alpha < 1.0:
         raise ValueError(f"alpha must be >= 1 (1.0 = strictly downhill), got {alpha}")
@@ -141,14 +151,14 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
     seen = {module_key(mod)}
     best = (initial, mod, [])
     expansions = evaluations = 0
-    while queue and expansions < budget:
+    while queue and expansions < budget and not past(deadline):
         c, _, parent, step, history = heapq.heappop(queue)
         if c > alpha * best[0]:
             continue  # the bound tightened since it was queued
         graph = mod if parent is None else step[0].apply(parent, step[1], check=check)
         expansions += 1
-        for cand in enumerate_candidates(graph, rules, cap=cap, check=check, strict=False):
-            if cand.key in seen:
+        for cand in enumerate_candidates(graph, rules, cap=cap, check=check, strict=False, deadline=deadline):
+            if cand.key in seen or past(deadline):
                 continue
             seen.add(cand.key)
             new_cost = cost(cand.mod)
@@ -159,6 +169,28 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
             if new_cost < alpha * best[0]:
                 heapq.heappush(queue, (new_cost, next(tie), graph, (cand.rule, cand.match), path))
     return SearchResult(best[1], best[0], initial, best[2], expansions, evaluations, time.perf_counter() - start)
+
+
+PASS_SEARCHES = ("greedy", "backtracking")  # what RLRewritePass(policy=...) also runs: a search, not a chooser
+TASO_BUDGET = 1000  # TASO's default backtracking budget: `optimize(alpha=1.0, budget=1000)`
+PassSearch = Callable[[tvm.IRModule, CostFn, Sequence[Rule], int | None, float | None], SearchResult]
+
+
+def pass_search(name: object) -> PassSearch | None:
+    """The search `name` names for `RLRewritePass(policy=name)`, as (mod, cost, rules, cap, deadline) ->
+    `SearchResult`: "greedy", "backtracking" (TASO's budget, `TASO_BUDGET` expansions) or "backtracking-N" (N
+    expansions, N >= 1); None when `name` names no search. They run one match per step (no every-match actions,
+    as they were measured) until done or the deadline."""
+    if name == "greedy":
+        return lambda mod, cost, rules, cap, deadline: greedy(mod, cost, rules, cap=cap, deadline=deadline)
+    if not isinstance(name, str) or not (name == "backtracking" or name.startswith("backtracking-")):
+        return None
+    budget = str(TASO_BUDGET) if name == "backtracking" else name.removeprefix("backtracking-")
+    if not budget.isdigit() or int(budget) < 1:
+        raise ValueError(f"{name!r}: a backtracking search's budget is a whole number of expansions >= 1, e.g. "
+                         f"backtracking-{TASO_BUDGET} (TASO's default; plain \"backtracking\" is that)")
+    return lambda mod, cost, rules, cap, deadline: backtracking(mod, cost, budget=int(budget), rules=rules, cap=cap,
+                                                                deadline=deadline)
 
 
 def random_rollouts(mod: tvm.IRModule, cost: CostFn, rollouts: int = 8, horizon: int = 10, seed: int = 0,
