@@ -144,3 +144,12 @@ def test_an_unknown_policy_name_lists_what_the_pass_takes():
 
     with pytest.raises(PolicyError, match="backtracking-N"):
         RLRewritePass(policy="backtrack")
+
+
+def test_the_pass_runs_its_searches_with_the_benchmarks_cap_unless_given_one(monkeypatch):
+    seen = []
+    monkeypatch.setattr(search, "backtracking", lambda mod, cost, **kw: seen.append(kw["cap"]))
+    run = search.pass_search("backtracking-2")
+    run(None, None, [], None, None)
+    run(None, None, [], 8, None)
+    assert seen == [search.SEARCH_CAP, 8] and search.SEARCH_CAP == 64

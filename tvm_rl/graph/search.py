@@ -173,23 +173,27 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
 
 PASS_SEARCHES = ("greedy", "backtracking")  # what RLRewritePass(policy=...) also runs: a search, not a chooser
 TASO_BUDGET = 1000  # TASO's default backtracking budget: `optimize(alpha=1.0, budget=1000)`
+SEARCH_CAP = 64  # candidates per expansion when the pass runs a search with no cap: what the benchmarks measured
 PassSearch = Callable[[tvm.IRModule, CostFn, Sequence[Rule], int | None, float | None], SearchResult]
 
 
 def pass_search(name: object) -> PassSearch | None:
     """The search `name` names for `RLRewritePass(policy=name)`, as (mod, cost, rules, cap, deadline) ->
     `SearchResult`: "greedy", "backtracking" (TASO's budget, `TASO_BUDGET` expansions) or "backtracking-N" (N
-    expansions, N >= 1); None when `name` names no search. They run one match per step (no every-match actions,
-    as they were measured) until done or the deadline."""
+    expansions, N >= 1); None when `name` names no search. They run one match per step (no every-match actions)
+    and at most `SEARCH_CAP` candidates an expansion when `cap` is None, as they were measured, until done or the
+    deadline."""
     if name == "greedy":
-        return lambda mod, cost, rules, cap, deadline: greedy(mod, cost, rules, cap=cap, deadline=deadline)
+        return lambda mod, cost, rules, cap, deadline: greedy(mod, cost, rules, cap=SEARCH_CAP if cap is None else cap,
+                                                              deadline=deadline)
     if not isinstance(name, str) or not (name == "backtracking" or name.startswith("backtracking-")):
         return None
     budget = str(TASO_BUDGET) if name == "backtracking" else name.removeprefix("backtracking-")
     if not budget.isdigit() or int(budget) < 1:
         raise ValueError(f"{name!r}: a backtracking search's budget is a whole number of expansions >= 1, e.g. "
                          f"backtracking-{TASO_BUDGET} (TASO's default; plain \"backtracking\" is that)")
-    return lambda mod, cost, rules, cap, deadline: backtracking(mod, cost, budget=int(budget), rules=rules, cap=cap,
+    return lambda mod, cost, rules, cap, deadline: backtracking(mod, cost, budget=int(budget), rules=rules,
+                                                                cap=SEARCH_CAP if cap is None else cap,
                                                                 deadline=deadline)
 
 
