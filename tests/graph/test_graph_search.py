@@ -108,6 +108,7 @@ def test_a_search_past_its_deadline_stops_with_the_best_graph_so_far(name):
     assert full.expansions > 1 and full.applied
     stopped = run(model.mod, slow_cost, search.all_rules(), 24, time.perf_counter())
     assert stopped.expansions == 0 and stopped.mod is model.mod and stopped.cost == stopped.initial_cost
+    assert stopped.stopped == "deadline" and full.stopped == ""
     part = run(model.mod, slow_cost, search.all_rules(), 24, time.perf_counter() + full.seconds / 4)
     assert part.expansions < full.expansions
     assert part.cost <= part.initial_cost
@@ -153,3 +154,32 @@ def test_the_pass_runs_its_searches_with_the_benchmarks_cap_unless_given_one(mon
     run(None, None, [], None, None)
     run(None, None, [], 8, None)
     assert seen == [search.SEARCH_CAP, 8] and search.SEARCH_CAP == 64
+
+
+def test_backtracking_stops_with_its_best_graph_when_memory_runs_short(monkeypatch, caplog):
+    checks = []
+
+    def short_after_two():
+        checks.append(1)
+        return len(checks) > 2
+
+    monkeypatch.setattr(search, "memory_short", short_after_two)
+    model = models.load("squeezenet1_1", "tiny")
+    with caplog.at_level("WARNING", logger="tvm_rl.graph"):
+        r = search.backtracking(model.mod, cost.roofline_cost(HW), budget=10, cap=24)
+    assert r.expansions == 2 and r.stopped == "memory"
+    assert r.cost <= r.initial_cost and r.applied
+    assert "stopped after 2 of 10 expansions" in caplog.text
+    assert compare_variants(model.mod, {"s": r.mod}, inputs=model.inputs)["s"].ok
+    monkeypatch.setattr(search, "memory_short", lambda: False)
+    assert search.backtracking(model.mod, cost.roofline_cost(HW), budget=3, cap=24).stopped == ""
+
+
+def test_the_memory_check_reads_the_machines_available_share(monkeypatch):
+    class VM:
+        total, available = 100, 9
+
+    monkeypatch.setattr(search.psutil, "virtual_memory", lambda: VM)
+    assert search.memory_short()
+    VM.available = 11
+    assert not search.memory_short()

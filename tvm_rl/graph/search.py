@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
+import psutil
 import tvm
 
 from .candidates import enumerate_candidates, past
 from .cost import CostFn, Memo, PairMeasure
 from .fingerprint import module_key
 from .rules import Rule, all_rules
+
+log = logging.getLogger("tvm_rl.graph")
+MIN_AVAILABLE = 0.10  # backtracking stops once less than this share of the machine's memory is available
 
 
 @dataclass
@@ -42,6 +47,7 @@ class SearchResult:
     measured_ms: tuple[float, float] | None = None
     kept: bool = True
     rejected: tuple[list[str], float] | None = None  # (rewrites, cost) of a graph `confirm` turned down
+    stopped: str = ""  # why a search ended before its budget: "deadline", "memory"; "" when it did not
 
     @property
     def speedup(self) -> float:
@@ -98,7 +104,7 @@ def greedy(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None,
         current, current_cost = cands[best_i].mod, best_cost
         applied.append(str(cands[best_i].match))
     return SearchResult(current, current_cost, initial, applied, expansions, evaluations,
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, stopped="deadline" if past(deadline) else "")
 
 
 def greedy_never_stop(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None, cap: int | None = None,
@@ -151,7 +157,17 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
     seen = {module_key(mod)}
     best = (initial, mod, [])
     expansions = evaluations = 0
-    while queue and expansions < budget and not past(deadline):
+    stopped = ""
+    while queue and expansions < budget:
+        if past(deadline):
+            stopped = "deadline"
+            break
+        if memory_short():
+            stopped = "memory"
+            log.warning("backtracking stopped after %d of %d expansions: under %.0f%% of this machine's memory is "
+                        "left (every queued graph keeps the weights its rewrites made); keeping the best graph so "
+                        "far. A smaller budget, or greedy, needs less.", expansions, budget, 100 * MIN_AVAILABLE)
+            break
         c, _, parent, step, history = heapq.heappop(queue)
         if c > alpha * best[0]:
             continue  # the bound tightened since it was queued
@@ -168,7 +184,17 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
                 best = (new_cost, cand.mod, path)
             if new_cost < alpha * best[0]:
                 heapq.heappush(queue, (new_cost, next(tie), graph, (cand.rule, cand.match), path))
-    return SearchResult(best[1], best[0], initial, best[2], expansions, evaluations, time.perf_counter() - start)
+    return SearchResult(best[1], best[0], initial, best[2], expansions, evaluations, time.perf_counter() - start,
+                        stopped=stopped)
+
+
+def memory_short() -> bool:
+    """Whether less than `MIN_AVAILABLE` of this machine's memory is available. Backtracking keeps every graph it
+    expanded while a child of it is queued, each with the weights its rewrites made (400 MB a rewritten fully
+    connected layer of VGG-16): at TASO's budget of 1000 expansions that reached 20 GB on VGG-16 and the OS killed
+    the search. Checking between expansions stops it with its best graph instead."""
+    vm = psutil.virtual_memory()
+    return vm.available < MIN_AVAILABLE * vm.total
 
 
 PASS_SEARCHES = ("greedy", "backtracking")  # what RLRewritePass(policy=...) also runs: a search, not a chooser
