@@ -28,6 +28,7 @@ from . import bench, measure, models
 from . import tuner_e2e_archive as e2e_archive
 from .database import TuningDatabase
 from .errors import TargetError, TvmRlError
+from .tune import bench_runs
 from .tune.cost_model import from_spec
 from .tune.tasks import check_local_device, tune_model
 
@@ -226,6 +227,10 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=float, default=20.0, help="seconds of TVM timing per variant, all passes")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for PyTorch and ORT")
     p.add_argument("--retime", action="store_true", help="time again even when nothing new was tuned")
+    p.add_argument("--load-wait", type=float, default=600.0, help="seconds to wait, before each tuning run and the "
+                   "timing, for other processes to leave the cores (default 600; the load seen is recorded)")
+    p.add_argument("--max-load", type=float, default=None,
+                   help="cores other processes may keep busy before a run starts (default 0.5)")
     p.add_argument("--work-dir", default="logs/scratch/tuner_e2e", help="the runs' databases")
     p.add_argument("--out", default=None, help="JSON path (default logs/tuner_e2e_<target>[_<size>].json)")
     return p
@@ -312,8 +317,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     key = variant_key(arm, trials, seed)
                     folder = run_dir(Path(args.work_dir), name_of_target, args.size, name, arm, trials, seed)
                     print(f"[{name}] tuning {key} into {folder} ...", flush=True)
+                    load = bench_runs.wait_for_cores(args.load_wait, args.max_load)  # shared cores skew measurements
                     databases[key], entry["runs"][key], tuned = tune_run(model, target, folder, arm, trials, seed,
                                                                          args, entry["runs"].get(key))
+                    if tuned:
+                        entry["runs"][key]["load"] = load
                     tuned_now |= tuned
                     e2e_archive.add(archive, name, key, folder)
                     _save(out, state)
@@ -325,7 +333,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 databases[key] = str(e2e_archive.database_for(archive, name, key, Path(run["work_dir"])))
         saved = entry.get("timing", {}).get("variants", {})
         if tuned_now or args.retime or set(saved) != {DEFAULT, TORCH, ORT, *databases}:
+            load = bench_runs.wait_for_cores(args.load_wait, args.max_load)
             entry["timing"] = time_model(model, target, databases, args, scratch)
+            entry["timing"]["load"] = load
             _save(out, state)
         else:
             print(f"[{name}] nothing new tuned: timing kept from {out} (--retime to time again)")

@@ -117,12 +117,17 @@ def test_bad_budgets_are_refused_before_any_work(tmp_path):
 
 
 @pytest.mark.slow
-def test_end_to_end_tiny_resnet18_and_a_rerun_that_tunes_nothing(tmp_path, capsys):
+def test_end_to_end_tiny_resnet18_and_a_rerun_that_tunes_nothing(tmp_path, capsys, monkeypatch):
     out, work = tmp_path / "e2e.json", tmp_path / "work"
+    waits = []  # the load check before each tuning run and the timing, with the limits given on the command line
+    monkeypatch.setattr(e2e.bench_runs, "wait_for_cores",
+                        lambda wait, threshold: waits.append((wait, threshold)) or {"busy": False, "seen": len(waits)})
     # Two kernels (conv2d1, conv2d10) keep evolutionary search's first rounds inside the time limit.
     argv = ["--size", "tiny", "--models", "resnet18", "--trials", "2", "--arms", "ppo", "evolutionary",
-            "--op-filter", "conv2d1", "--passes", "2", "--budget-s", "2", "--work-dir", str(work), "--out", str(out)]
+            "--op-filter", "conv2d1", "--passes", "2", "--budget-s", "2", "--work-dir", str(work), "--out", str(out),
+            "--load-wait", "5", "--max-load", "0.7"]
     assert e2e.main(argv) == 0
+    assert waits == [(5.0, 0.7)] * 3  # two tuning runs, then the timing
     first = capsys.readouterr().out
     assert "trials, best" in first  # the tuning progress lines the rerun must not print
     state = json.loads(out.read_text())
@@ -134,6 +139,7 @@ def test_end_to_end_tiny_resnet18_and_a_rerun_that_tunes_nothing(tmp_path, capsy
         assert run["measurements"] == 2 * run["tuned_kernels"]
         timed = model["timing"]["variants"][key]
         assert timed["correct"] is True and timed["ms"] > 0 and len(timed["passes_ms"]) == 2
+    assert [r["load"]["seen"] for r in model["runs"].values()] == [1, 2] and model["timing"]["load"]["seen"] == 3
     variants = model["timing"]["variants"]
     assert all(variants[k]["ms"] > 0 for k in ("TVM default", "PyTorch", "ORT"))
     assert state["cost"]["tuning_s"] > 0 and state["cost"]["timing_s"] > 0
