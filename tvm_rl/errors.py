@@ -33,6 +33,10 @@ class DatabaseTypeError(DatabaseError, TypeError):
     """Something given as a tuning database that is none of the kinds accepted (`tvm_rl.database.DatabaseLike`)."""
 
 
+class SearchNameError(TvmRlError, ValueError):
+    """A graph search named to the pass with a budget it cannot run (e.g. "backtracking-0")."""
+
+
 class CheckpointError(TvmRlError):
     """A saved policy that cannot be loaded (missing, truncated, corrupt, or written by something else)."""
 

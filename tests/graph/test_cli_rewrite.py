@@ -59,3 +59,5 @@ def test_rewrite_command_names_a_misspelt_policy(tmp_path, capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert "unknown graph policy 'backtrack'" in err and "backtracking-N" in err
+    rc = main(["rewrite", "--model", "squeezenet1_1", "--policy", "backtracking-0", "--work-dir", str(tmp_path)])
+    assert rc == 2 and "'backtracking-0': a backtracking search's budget" in capsys.readouterr().err

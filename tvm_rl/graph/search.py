@@ -19,6 +19,7 @@ import numpy as np
 import psutil
 import tvm
 
+from ..errors import SearchNameError
 from .candidates import enumerate_candidates, past
 from .cost import CostFn, Memo, PairMeasure
 from .fingerprint import module_key
@@ -197,7 +198,6 @@ def memory_short() -> bool:
     return vm.available < MIN_AVAILABLE * vm.total
 
 
-PASS_SEARCHES = ("greedy", "backtracking")  # what RLRewritePass(policy=...) also runs: a search, not a chooser
 TASO_BUDGET = 1000  # TASO's default backtracking budget: `optimize(alpha=1.0, budget=1000)`
 SEARCH_CAP = 64  # candidates per expansion when the pass runs a search with no cap: what the benchmarks measured
 PassSearch = Callable[[tvm.IRModule, CostFn, Sequence[Rule], int | None, float | None], SearchResult]
@@ -216,7 +216,7 @@ def pass_search(name: object) -> PassSearch | None:
         return None
     budget = str(TASO_BUDGET) if name == "backtracking" else name.removeprefix("backtracking-")
     if not budget.isdigit() or int(budget) < 1:
-        raise ValueError(f"{name!r}: a backtracking search's budget is a whole number of expansions >= 1, e.g. "
+        raise SearchNameError(f"{name!r}: a backtracking search's budget is a whole number of expansions >= 1, e.g. "
                          f"backtracking-{TASO_BUDGET} (TASO's default; plain \"backtracking\" is that)")
     return lambda mod, cost, rules, cap, deadline: backtracking(mod, cost, budget=int(budget), rules=rules,
                                                                 cap=SEARCH_CAP if cap is None else cap,
