@@ -41,9 +41,8 @@ def check_arm(name: str) -> str:
     """`name` if it is an arm or a baseline ("backtracking-N" for any N >= 1), else ValueError."""
     if name in arms.ARMS or name in ("greedy", "greedy-never-stop"):
         return name
-    if name.startswith("backtracking-") and name.removeprefix("backtracking-").isdigit():
-        if int(name.removeprefix("backtracking-")) >= 1:
-            return name
+    if search.backtracking_budget(name) is not None:  # SearchNameError (a ValueError) for a bad budget
+        return name
     raise ValueError(f"unknown arm {name!r}: one of {', '.join(ALL)} (backtracking-N for any budget N)")
 
 
@@ -118,7 +117,9 @@ def run(mod: tvm.IRModule, arm: str, cost_fn: Callable[[], CostFn], settings: Se
         res = search.greedy_never_stop(mod, fn, cap=s.cap, max_steps=s.max_steps, shortlist=s.shortlist,
                                        all_matches=s.all_matches)
     else:
-        res = search.backtracking(mod, fn, alpha=s.alpha, budget=int(arm.removeprefix("backtracking-")), cap=s.cap)
+        budget = search.backtracking_budget(arm)
+        assert budget is not None  # check_arm let only "backtracking-N" through to here
+        res = search.backtracking(mod, fn, alpha=s.alpha, budget=budget, cap=s.cap)
     return Run(arm, None, res.mod, res.initial_cost, res.cost, time.perf_counter() - start, res.expansions,
                list(res.applied))
 

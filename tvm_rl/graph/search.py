@@ -85,8 +85,10 @@ def greedy(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None,
     cost, rules = _setup(cost, rules)
     current, current_cost = mod, cost(mod)
     initial, applied, expansions, evaluations = current_cost, [], 0, 0
+    stopped = ""
     for _ in range(max_steps):
         if past(deadline):
+            stopped = "deadline"
             break
         found = enumerate_candidates(current, rules, cap=cap, check=check, strict=False, deadline=deadline)
         cands = list(found)
@@ -97,7 +99,10 @@ def greedy(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None,
                 break
             scored.append((cost(c.mod), i))
         evaluations += len(scored)
-        if not scored or found.timed_out or len(scored) < len(cands):
+        if found.timed_out or len(scored) < len(cands):
+            stopped = "deadline"
+            break
+        if not scored:
             break
         best_cost, best_i = min(scored)  # ties go to the first candidate in the deterministic order
         if best_cost >= current_cost:
@@ -105,7 +110,7 @@ def greedy(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None,
         current, current_cost = cands[best_i].mod, best_cost
         applied.append(str(cands[best_i].match))
     return SearchResult(current, current_cost, initial, applied, expansions, evaluations,
-                        time.perf_counter() - start, stopped="deadline" if past(deadline) else "")
+                        time.perf_counter() - start, stopped=stopped)
 
 
 def greedy_never_stop(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None, cap: int | None = None,
@@ -212,15 +217,24 @@ def pass_search(name: object) -> PassSearch | None:
     if name == "greedy":
         return lambda mod, cost, rules, cap, deadline: greedy(mod, cost, rules, cap=SEARCH_CAP if cap is None else cap,
                                                               deadline=deadline)
-    if not isinstance(name, str) or not (name == "backtracking" or name.startswith("backtracking-")):
+    budget = TASO_BUDGET if name == "backtracking" else backtracking_budget(name)
+    if budget is None:
         return None
-    budget = str(TASO_BUDGET) if name == "backtracking" else name.removeprefix("backtracking-")
-    if not budget.isdigit() or int(budget) < 1:
-        raise SearchNameError(f"{name!r}: a backtracking search's budget is a whole number of expansions >= 1, e.g. "
-                         f"backtracking-{TASO_BUDGET} (TASO's default; plain \"backtracking\" is that)")
-    return lambda mod, cost, rules, cap, deadline: backtracking(mod, cost, budget=int(budget), rules=rules,
+    return lambda mod, cost, rules, cap, deadline: backtracking(mod, cost, budget=budget, rules=rules,
                                                                 cap=SEARCH_CAP if cap is None else cap,
                                                                 deadline=deadline)
+
+
+def backtracking_budget(name: object) -> int | None:
+    """N of "backtracking-N" (the pass's and the benchmarks' name for backtracking with N expansions); None when
+    `name` is not of that form; SearchNameError when N is not a whole number >= 1."""
+    if not isinstance(name, str) or not name.startswith("backtracking-"):
+        return None
+    budget = name.removeprefix("backtracking-")
+    if not budget.isdigit() or int(budget) < 1:
+        raise SearchNameError(f"{name!r}: a backtracking search's budget is a whole number of expansions >= 1, e.g. "
+                              f"backtracking-{TASO_BUDGET} (TASO's default; plain \"backtracking\" is that)")
+    return int(budget)
 
 
 def random_rollouts(mod: tvm.IRModule, cost: CostFn, rollouts: int = 8, horizon: int = 10, seed: int = 0,
