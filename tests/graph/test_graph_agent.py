@@ -19,6 +19,7 @@ from tvm_rl.graph.observation import Decision, decision_from_observation
 from tvm_rl.graph.rewrite_pass import RLRewritePass
 from tvm_rl.graph.train import (
     Batch,
+    Episode,
     TrainConfig,
     demonstrations,
     greedy_row,
@@ -27,6 +28,7 @@ from tvm_rl.graph.train import (
     play,
     ppo_loss,
     ppo_update,
+    scale_rewards,
     train,
 )
 from tvm_rl.graph.verify import compare_variants
@@ -192,6 +194,57 @@ def test_training_can_reward_the_best_graph_seen(monkeypatch, tmp_path):
     assert ep.ret == pytest.approx((ep.speedup - 1) / ep.speedup * 100)
     with pytest.raises(ValueError, match="--reward must be one of delta, best, got 'final'"):
         train(TrainConfig(models=("squeezenet1_1",), reward="final", work_dir=str(tmp_path)), progress=False)
+
+
+def test_per_model_scaling_gives_every_model_the_same_mean_return():
+    def ep(model, rewards):
+        return Episode(model, rewards=list(rewards))
+
+    stats: dict = {}
+    eps = [ep("big", [30.0, 10.0]), ep("big", [20.0, 20.0]), ep("small", [4.0, 6.0]), ep("flat", [0.1, 0.1])]
+    scale_rewards(eps, stats, 25.0)
+    assert stats == {"big": [80.0, 2.0], "small": [10.0, 1.0], "flat": pytest.approx([0.2, 1.0])}
+    assert [e.ret for e in eps[:3]] == pytest.approx([25.0, 25.0, 25.0])
+    assert eps[0].rewards == pytest.approx([18.75, 6.25])  # the shape of an episode's rewards is kept
+    # A model with (almost) nothing to gain is scaled as if its mean return were the floor, not blown up.
+    assert eps[3].ret == pytest.approx(0.2 * 25.0)
+    # The means are running ones: a later iteration's scale counts every earlier episode of the model.
+    later = [ep("small", [30.0])]
+    scale_rewards(later, stats, 25.0)
+    assert stats["small"] == [40.0, 2.0] and later[0].ret == pytest.approx(30.0 * 25.0 / 20.0)
+
+
+def test_training_scales_rewards_per_model_and_resumes_with_the_running_means(tmp_path):
+    config = TrainConfig(models=("squeezenet1_1", "mobilenet_v2"), iterations=1, episodes_per_iteration=2,
+                         horizon=3, cap=8, hidden=16, gat_layers=1, imitation_episodes=0, per_model_return=25.0,
+                         work_dir=str(tmp_path))
+    train(config, progress=False)
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert set(ckpt["return_stats"]) == {"squeezenet1_1", "mobilenet_v2"}
+    assert all(count == 1 for _, count in ckpt["return_stats"].values())
+    train(replace(config, iterations=2), progress=False)
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert all(count == 2 for _, count in ckpt["return_stats"].values())
+    # The logged return is the unscaled one, comparable with runs that do not scale.
+    row = ckpt["history"][-1]
+    assert abs(row["mean_return"]) < 100.0
+
+
+def test_training_can_start_from_a_saved_policy(tmp_path, monkeypatch):
+    from tvm_rl.graph import train as train_module
+
+    start = small_policy(seed=3)
+    start.save(tmp_path / "start.pt")
+    monkeypatch.setattr(train_module, "imitate", lambda *a, **k: pytest.fail("fine-tuning must not imitate"))
+    config = TrainConfig(models=("squeezenet1_1",), iterations=0, hidden=32, gat_layers=2, heads=4,
+                         init_policy=str(tmp_path / "start.pt"), work_dir=str(tmp_path / "run"))
+    policy = train(config, progress=False)
+    for name, value in start.state_dict().items():
+        assert torch.equal(policy.state_dict()[name], value), name
+    with pytest.raises(ValueError, match="--init-policy .*start.pt has network sizes.*--hidden"):
+        train(replace(config, hidden=16), progress=False)
+    with pytest.raises(PolicyError, match="nowhere.pt does not exist"):
+        train(replace(config, init_policy=str(tmp_path / "nowhere.pt")), progress=False)
 
 
 @pytest.mark.slow

@@ -66,6 +66,12 @@ class TrainConfig:
     # "delta": each step's cost change (X-RLflow's reward); "best": the change of the cheapest graph seen, the one
     # the pass keeps, so an uphill step that leads lower is not penalised (env.REWARDS)
     reward: str = "delta"
+    # > 0: each model's rewards are scaled so that its episodes' running mean return is this. Models whose gains
+    # differ by several times then weigh alike in the update, and the critic predicts returns of one scale.
+    per_model_return: float = 0.0
+    # A policy.pt to start from instead of random weights (fine-tuning; no imitation then). Its network sizes
+    # must be hidden / gat_layers / heads; node features come from this run's pricing, as for a new policy.
+    init_policy: str = ""
     imitation_episodes: int = 8  # greedy demonstrations cloned before PPO starts (0: PPO from scratch)
     imitation_epochs: int = 20
     hidden: int = 64
@@ -258,6 +264,32 @@ class Batch:
         return evaluate
 
 
+RETURN_FLOOR = 1.0  # % of RT[0]: a model with nothing to gain is not blown up to the target scale
+
+
+def scale_rewards(episodes: Sequence[Episode], stats: dict[str, list[float]], target: float) -> None:
+    """Add `episodes`' returns to `stats` (model -> [sum of returns, episodes]) and scale each episode's rewards
+    in place by target / its model's running mean return (at least RETURN_FLOOR). Speedups are left as they are."""
+    for ep in episodes:
+        total = stats.setdefault(ep.model, [0.0, 0.0])
+        total[0] += ep.ret
+        total[1] += 1
+    for ep in episodes:
+        total = stats[ep.model]
+        scale = target / max(abs(total[0]) / total[1], RETURN_FLOOR)
+        ep.rewards = [r * scale for r in ep.rewards]
+
+
+def initial_weights(policy: GraphActorCritic, config: TrainConfig) -> None:
+    """Load `config.init_policy`'s weights into `policy`; ValueError naming the flag when its sizes differ."""
+    start = GraphActorCritic.load(config.init_policy)
+    want = PolicyConfig(config.hidden, config.gat_layers, config.heads)
+    if start.config != want:
+        raise ValueError(f"--init-policy {config.init_policy} has network sizes {asdict(start.config)}; this run's "
+                         f"are {asdict(want)}: pass the same --hidden / --gat-layers / --heads")
+    policy.load_state_dict(start.state_dict())
+
+
 def ppo_params(config: TrainConfig) -> PPOParams:
     """The shared PPO core's settings for graph training: minibatches of `config.minibatch` decisions."""
     return PPOParams.from_config(config, split="size")
@@ -302,7 +334,7 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
     torch.manual_seed(config.seed)
     policy = GraphActorCritic(PolicyConfig(config.hidden, config.gat_layers, config.heads))
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate, eps=1e-5)
-    start, history = 0, []
+    start, history, return_stats = 0, [], {}
     ckpt_path = work / "checkpoint.pt"
     if ckpt_path.exists():  # resume where a killed run stopped
         ckpt = _load_checkpoint(ckpt_path)
@@ -314,6 +346,7 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
         policy.load_state_dict(ckpt["policy"])
         optimizer.load_state_dict(ckpt["optimizer"])
         start, history = ckpt["iteration"], ckpt["history"]
+        return_stats = {m: list(v) for m, v in ckpt.get("return_stats", {}).items()}
         # The run's own features, not the database's fit today: a database tuned further since would change
         # the features under a policy half trained on the old ones.
         if "feature_spec" in ckpt:
@@ -324,12 +357,14 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
                                       f"({type(err).__name__}: {err}); use another --work-dir") from None
         if progress:
             print(f"resuming from {ckpt_path} at iteration {start}")
+    elif config.init_policy:  # only a fresh run starts from it: a resumed one has its own weights
+        initial_weights(policy, config)
     rng = np.random.default_rng([config.seed, start])
     if policy.features is None:
         policy.features = feature_spec(config)
     features = policy.features
     envs = {} if config.workers > 1 else {m: make_env(m, config, features) for m in config.models}
-    if start == 0 and config.imitation_episodes > 0:
+    if start == 0 and config.imitation_episodes > 0 and not config.init_policy:
         t0 = time.perf_counter()
         demo_envs = envs or {m: make_env(m, config, features) for m in config.models}
         pairs = [p for e in range(config.imitation_episodes)
@@ -353,13 +388,15 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
                 episodes = [play(envs[m], policy, np.random.default_rng(s), m) for m, s in jobs]
             if interrupt_pending():  # an interrupt swallowed mid-episode may have cut it short: do not learn from it
                 raise KeyboardInterrupt
-            policy.train()
-            losses = ppo_update(policy, optimizer, episodes, config, rng)
             row = {"iteration": it + 1, "episodes": len(episodes),
                    "mean_return": float(np.mean([e.ret for e in episodes])),
                    "mean_speedup": float(np.mean([e.speedup for e in episodes])),
-                   "best_speedup": float(max(e.speedup for e in episodes)),
-                   **losses, "seconds": time.perf_counter() - t0}
+                   "best_speedup": float(max(e.speedup for e in episodes))}
+            if config.per_model_return > 0:
+                scale_rewards(episodes, return_stats, config.per_model_return)
+            policy.train()
+            losses = ppo_update(policy, optimizer, episodes, config, rng)
+            row |= {**losses, "seconds": time.perf_counter() - t0}
             history.append(row)
             meta = {"models": list(config.models), "size": config.size, "iterations": it + 1}
             policy.save(work / "policy.pt", **meta)
@@ -368,7 +405,8 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
             tmp = ckpt_path.with_suffix(".tmp")
             torch.save({"config": asdict(config), "feature_spec": features.as_dict(),
                         "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
-                        "iteration": it + 1, "history": _plain_rows(history)}, tmp)
+                        "iteration": it + 1, "history": _plain_rows(history), "return_stats": return_stats},
+                       tmp)
             tmp.replace(ckpt_path)
             _write_csv(work / "train.csv", history)
             plot_training(history, work / "train.png")  # each iteration: a stopped run has its curve too
