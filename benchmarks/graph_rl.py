@@ -48,7 +48,8 @@ def add_arm_args(ap: argparse.ArgumentParser, default_arms: tuple[str, ...] = ab
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of the pass's arms")
     ap.add_argument("--proxy-from", default=None, help="a benchmark JSON whose recorded \"proxy\" (a fitted "
                     "roofline) prices the graphs, when its --database is not at hand")
-    ap.add_argument("--cap", type=int, default=64, help="candidates per step (searches and the pass)")
+    ap.add_argument("--cap", type=int, default=64, help="candidates per step (searches and the pass; 0: all, "
+                    "as RLRewritePass enumerates by default)")
     ap.add_argument("--steps", type=int, default=50, help="pass: steps per episode (the time budget usually "
                     "ends it first); greedy-never-stop: steps")
     ap.add_argument("--episodes", type=int, default=4, help="pass: episodes")
@@ -67,7 +68,7 @@ def proxy_of(target, args):
 
 
 def settings_of(target, args) -> ablation.Settings:
-    return ablation.Settings(target, args.episodes, args.steps, args.time_budget, args.cap, args.shortlist,
+    return ablation.Settings(target, args.episodes, args.steps, args.time_budget, args.cap or None, args.shortlist,
                              not args.no_all_matches, args.alpha, args.greedy_steps, args.policy)
 
 

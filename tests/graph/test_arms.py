@@ -288,3 +288,19 @@ def test_evaluate_runs_seeded_arms_per_seed_and_baselines_once():
     assert seen[-1] == ("uniform", 2) and len(again["uniform"]) == 3  # only the missing run ran
     with pytest.raises(ValueError, match="unknown arm"):
         ablation.check_arm("backtracking")
+
+
+def test_the_benchmarks_cap_zero_enumerates_every_candidate_as_the_pass_does(monkeypatch):
+    import argparse
+    import sys
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.modules.pop("graph_rl", None)
+    import graph_rl
+
+    ap = argparse.ArgumentParser()
+    graph_rl.add_arm_args(ap)
+    ap.add_argument("--policy", default=None)
+    assert graph_rl.settings_of("llvm", ap.parse_args([])).cap == 64
+    assert graph_rl.settings_of("llvm", ap.parse_args(["--cap", "0"])).cap is None
+    assert RLRewritePass().cap is None  # what --cap 0 compares with
