@@ -149,6 +149,8 @@ def make(policy: Arm | GraphActorCritic | str | Path | None = None, seed: int = 
             return untrained(seed)
         return Network(GraphActorCritic.load(None))
     if isinstance(policy, str) and not Path(policy).exists() and not policy.endswith(".pt"):
-        raise PolicyError(f"unknown graph policy {policy!r}: an arm ({', '.join(ARMS)}), a search (greedy, "
-                          "backtracking, backtracking-N), or a policy checkpoint file from tvm-rl train")
+        from .search import SEARCH_NAMES  # here: search imports this module
+
+        raise PolicyError(f"unknown graph policy {policy!r}: an arm ({', '.join(ARMS)}), a search "
+                          f"({', '.join(SEARCH_NAMES)}), or a policy checkpoint file from tvm-rl train")
     return Network(GraphActorCritic.load(policy))

@@ -205,6 +205,7 @@ def memory_short() -> bool:
 
 TASO_BUDGET = 1000  # TASO's default backtracking budget: `optimize(alpha=1.0, budget=1000)`
 SEARCH_CAP = 64  # candidates per expansion when the pass runs a search with no cap: what the benchmarks measured
+SEARCH_NAMES = ("greedy", "backtracking", "backtracking-N")  # what pass_search takes, for messages
 PassSearch = Callable[[tvm.IRModule, CostFn, Sequence[Rule], int | None, float | None], SearchResult]
 
 
