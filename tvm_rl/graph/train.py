@@ -417,10 +417,25 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
                       f"approx_kl {row['approx_kl']:.4f}, clipfrac {row['clipfrac']:.2f}, explained variance "
                       f"{row['explained_variance']:.2f}"
                       f" [{row['seconds']:.0f} s]", flush=True)
+    except BaseException:
+        if pool is not None:  # interrupted or failed: the iteration is dropped, so stop the episodes it plays
+            stop_workers(pool)
+        raise
     finally:
         if pool is not None:
             pool.shutdown()
     return policy.eval()
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel `pool`'s queued episodes and terminate the processes playing the others. An interrupt sent to this
+    process alone (not its whole process group, as Ctrl-C is) would otherwise wait for them to play out."""
+    # ProcessPoolExecutor has no public way to stop a running task: its processes are reached through _processes
+    # (which shutdown clears).
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        proc.terminate()
 
 
 def _load_checkpoint(path: Path) -> dict:
