@@ -26,7 +26,7 @@ import torch
 
 from . import bench, measure, models
 from . import tuner_e2e_archive as e2e_archive
-from .database import TuningDatabase
+from .database import RECORDS, TuningDatabase
 from .errors import TargetError, TvmRlError
 from .tune import bench_runs
 from .tune.cost_model import from_spec
@@ -316,6 +316,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 for seed in range(args.seeds):
                     key = variant_key(arm, trials, seed)
                     folder = run_dir(Path(args.work_dir), name_of_target, args.size, name, arm, trials, seed)
+                    if key in entry["runs"] and not (folder / RECORDS).is_file():
+                        # Tuned in an earlier sitting whose folder is gone (another machine, a fresh clone): built
+                        # from its archived best records, never tuned again under the same key, which would add a
+                        # second run's seconds and records to the first's.
+                        databases[key] = str(e2e_archive.database_for(archive, name, key, folder))
+                        print(f"[{name}] {key}: its folder is gone; built from its archived best records in "
+                              f"{archive}", flush=True)
+                        continue
                     print(f"[{name}] tuning {key} into {folder} ...", flush=True)
                     load = bench_runs.wait_for_cores(args.load_wait, args.max_load)  # shared cores skew measurements
                     databases[key], entry["runs"][key], tuned = tune_run(model, target, folder, arm, trials, seed,

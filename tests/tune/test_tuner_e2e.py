@@ -161,3 +161,11 @@ def test_end_to_end_tiny_resnet18_and_a_rerun_that_tunes_nothing(tmp_path, capsy
     restored = json.loads(out.read_text())["models"]["resnet18"]["timing"]["variants"]["evolutionary/N2/s0"]
     assert restored["correct"] is True and restored["ms"] > 0
     assert "trials, best" not in capsys.readouterr().out  # restored, not tuned again
+
+    # Its own arm asked for again (as when a seed is added): still restored, not tuned again from scratch under
+    # the same key, and its record (seconds, sittings) is kept as it was.
+    assert e2e.main([*argv, "--retime"]) == 0
+    third = capsys.readouterr().out
+    assert "trials, best" not in third and "built from its archived best records" in third
+    kept = json.loads(out.read_text())["models"]["resnet18"]["runs"]["evolutionary/N2/s0"]
+    assert kept == model["runs"]["evolutionary/N2/s0"]
