@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 
 from .errors import ModelImportError, TvmRlError
+from .graph import defaults
 
 log = logging.getLogger("tvm_rl.dynamo")
 
@@ -55,8 +56,8 @@ class Options:
     fallback: bool = True  # False: raise TvmRlError instead of running a graph eagerly
     freeze: bool = True  # parameters and buffers lifted into graph inputs become constants of the TVM module
     strategy: str | None = None  # None: tvm_rl.tune.search_strategy.DEFAULT
-    rewrite_steps: int = 20
-    rewrite_seconds: float = 60.0
+    rewrite_steps: int = defaults.MAX_STEPS  # the graph pass's limits: per episode, and in all
+    rewrite_seconds: float = defaults.TIME_BUDGET_S
     rtol: float = 1e-3
     atol: float = 1e-3  # relative to the largest output, as in `optimize`
     repeat: int = 10  # timed runs of the default and the optimized build (the faster one is kept)

@@ -18,6 +18,7 @@ import tvm_ffi
 
 from . import measure, models
 from .errors import MismatchError, TvmRlError
+from .graph import defaults
 
 
 @dataclass
@@ -132,7 +133,8 @@ def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning_dir: Path, pol
 
 def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Sequence | None = None,
              shapes: dict[str, Sequence[int]] | None = None, name: str | None = None, work_dir: str | Path = "logs",
-             rewrite: bool = True, policy=None, rewrite_steps: int = 20, rewrite_seconds: float = 60.0,
+             rewrite: bool = True, policy=None, rewrite_steps: int = defaults.MAX_STEPS,
+             rewrite_seconds: float = defaults.TIME_BUDGET_S,
              trials_per_kernel: int = 16, strategy: str | None = None, seed: int = 0, repeat: int = 20,
              rtol: float = 1e-3, atol: float = 1e-3, cost_model: str | None = None,
              graph_rounds: int = 1) -> Optimized:

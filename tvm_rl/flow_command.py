@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from .graph import defaults
 from .tune import search_strategy
 
 
@@ -38,8 +39,10 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
                     "(cheapest-first, uniform, cost-softmax, untrained, trained, a policy checkpoint, or a search: "
                     "greedy, backtracking[-N], which need a longer --rewrite-seconds; default cheapest-first, a rule "
                     "without learning: the learned policy did not beat it)")
-    ap.add_argument("--rewrite-steps", type=int, default=20, help="graph pass: rewrites at most (default 20)")
-    ap.add_argument("--rewrite-seconds", type=float, default=60.0, help="graph pass: seconds at most (default 60)")
+    ap.add_argument("--rewrite-steps", type=int, default=defaults.MAX_STEPS,
+                    help=f"graph pass: rewrites per episode at most (default {defaults.MAX_STEPS})")
+    ap.add_argument("--rewrite-seconds", type=float, default=defaults.TIME_BUDGET_S,
+                    help=f"graph pass: seconds at most (default {defaults.TIME_BUDGET_S:g})")
     ap.add_argument("--graph-rounds", type=int, default=1, metavar="N",
                     help="rewrite and tune N times, each graph pass priced by the kernels tuned so far; keeps the "
                          "round that measures fastest (default 1)")

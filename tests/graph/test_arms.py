@@ -303,4 +303,31 @@ def test_the_benchmarks_cap_zero_enumerates_every_candidate_as_the_pass_does(mon
     ap.add_argument("--policy", default=None)
     assert graph_rl.settings_of("llvm", ap.parse_args([])).cap == 64
     assert graph_rl.settings_of("llvm", ap.parse_args(["--cap", "0"])).cap is None
-    assert RLRewritePass().cap is None  # what --cap 0 compares with
+    assert RLRewritePass(cap=None).cap is None  # what --cap 0 compares with: every candidate
+
+
+def test_the_pass_users_get_is_the_pass_the_ablation_measured(monkeypatch):
+    """RLRewritePass, tvm_rl.optimize, the torch.compile backend and `tvm-rl optimize` default to the limits the
+    ablation benchmark runs the arms with (a pass enumerating every candidate took no step in 10 s on ViT)."""
+    import inspect
+
+    from tvm_rl import dynamo, flow, flow_command
+
+    s = ablation.Settings()
+    p = RLRewritePass()
+    assert (p.episodes, p.max_steps, p.time_budget_s, p.cap, p.shortlist) == (
+        s.episodes, s.max_steps, s.time_budget_s, s.cap, s.shortlist)
+    assert (s.episodes, s.max_steps, s.time_budget_s, s.cap, s.shortlist) == (4, 50, 10.0, 64, 16)
+    opt = inspect.signature(flow.optimize).parameters
+    assert (opt["rewrite_steps"].default, opt["rewrite_seconds"].default) == (s.max_steps, s.time_budget_s)
+    assert (dynamo.Options().rewrite_steps, dynamo.Options().rewrite_seconds) == (s.max_steps, s.time_budget_s)
+    seen = {}
+
+    def fake_optimize(model, target, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(flow, "optimize", fake_optimize)
+    with pytest.raises(SystemExit):
+        flow_command.main(["--model", "resnet18"])
+    assert (seen["rewrite_steps"], seen["rewrite_seconds"]) == (s.max_steps, s.time_budget_s)

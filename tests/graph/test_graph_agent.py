@@ -398,7 +398,7 @@ def test_the_shortlist_prices_repeated_matches_once_and_shows_exact_costs():
         values, seen, policy = [], [], small_policy()
         act = policy.act
         policy.act = lambda decision, *a, **k: (seen.append(decision.globals[:, 0].copy()), act(decision, *a, **k))[1]
-        RLRewritePass(policy=policy, max_steps=4, confirm=False, shortlist=shortlist,
+        RLRewritePass(policy=policy, max_steps=4, episodes=1, confirm=False, shortlist=shortlist,
                       cost=lambda m: (values.append(proxy(m)), values[-1])[1])(mod)
         priced[shortlist], shown[shortlist] = values, seen
     assert len(shown[3]) == len(shown[None]) == 4

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import tvm
 
-from . import arms, search
+from . import arms, defaults, search
 from .agent import GraphActorCritic
 from .cost import CostFn
 
@@ -52,11 +52,11 @@ class Settings:
     actions) and the searches' bounds. `policy`: the "trained" arm's network or checkpoint (None: shipped)."""
 
     target: tvm.target.Target | str = "llvm"
-    episodes: int = 4
-    max_steps: int = 50
-    time_budget_s: float | None = 10.0
-    cap: int | None = 64
-    shortlist: int | None = 16
+    episodes: int = defaults.EPISODES
+    max_steps: int = defaults.MAX_STEPS
+    time_budget_s: float | None = defaults.TIME_BUDGET_S
+    cap: int | None = defaults.CAP
+    shortlist: int | None = defaults.SHORTLIST
     all_matches: bool = True
     alpha: float = 1.05
     greedy_steps: int = 500

@@ -9,6 +9,7 @@ from pathlib import Path
 import tvm
 
 from .. import measure, models
+from . import defaults
 from .arms import ARMS, DEFAULT_ARM
 
 
@@ -28,12 +29,14 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
                     "search run once until done or --time-budget: greedy, backtracking (TASO's, 1000 expansions; "
                     "backtracking-N for N), which take minutes on full-size models: give them --time-budget 600 "
                     f"(default {DEFAULT_ARM}, a rule without learning)")
-    ap.add_argument("--steps", type=int, default=50,
-                    help="rewrites per episode at most (default 50; the time budget usually ends an episode first on "
-                         "full-size models)")
-    ap.add_argument("--episodes", type=int, default=4, help="episodes (default 4); with cheapest-first or a network "
-                    "the first takes the cheapest candidate / the argmax, the others sample")
-    ap.add_argument("--time-budget", type=float, default=10.0, help="search seconds at most (default 10)")
+    ap.add_argument("--steps", type=int, default=defaults.MAX_STEPS,
+                    help=f"rewrites per episode at most (default {defaults.MAX_STEPS}; the time budget usually ends an "
+                         "episode first on full-size models)")
+    ap.add_argument("--episodes", type=int, default=defaults.EPISODES, help=f"episodes (default {defaults.EPISODES}); "
+                    "with cheapest-first or a network the first takes the cheapest candidate / the argmax, the others "
+                    "sample")
+    ap.add_argument("--time-budget", type=float, default=defaults.TIME_BUDGET_S,
+                    help=f"search seconds at most (default {defaults.TIME_BUDGET_S:g})")
     ap.add_argument("--database", default=None, help="MetaSchedule work dir whose tuned kernels the "
                     "confirmation builds use (on CPU, untuned kernels are naive loops)")
     ap.add_argument("--no-confirm", action="store_true", help="trust the cost model; skip the measurement")

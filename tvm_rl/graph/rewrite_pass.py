@@ -30,7 +30,7 @@ from tvm import relax
 
 from .. import measure
 from ..database import DatabaseLike
-from . import arms, roofline, search
+from . import arms, defaults, roofline, search
 from . import cost as costs
 from .agent import GraphActorCritic
 from .calibration import proxy_roofline
@@ -130,8 +130,9 @@ class RLRewritePass:
     `database`: MetaSchedule database whose tuned kernels both builds use (on CPU untuned kernels are naive
     loops). cost: the cost function steering the search (default: the roofline proxy for `target`, fitted to
     `database`'s tuned kernels when it has any: `calibration.proxy_roofline`).
-    cap: candidates enumerated per step (None: all). shortlist: the policy chooses among this many of them,
-    the cheapest by `cost` (None: all); encoding every candidate is most of a step's time on full-size models.
+    cap: candidates enumerated per step (None: all). shortlist: the policy chooses among this many of them, the
+    cheapest by `cost` (None: all); encoding every candidate is most of a step's time on full-size models. The
+    limits' defaults are `defaults`', what the ablation benchmark measures.
     all_matches: also offer, per rule family with two or more matches, the action "apply every match of it"
     (`rules.AllMatches`): full-size CNNs need 50-120 single rewrites, more than fit in the time budget.
     measure_pair: replaces the confirmation's measurement ((input, result) -> their ms, timed side by side as
@@ -145,9 +146,11 @@ class RLRewritePass:
 
     def __init__(self, target: tvm.target.Target | str = "llvm",
                  policy: arms.Arm | GraphActorCritic | str | Path | None = None,
-                 max_steps: int = 50, time_budget_s: float | None = 10.0, episodes: int = 1, confirm: bool = True,
+                 max_steps: int = defaults.MAX_STEPS, time_budget_s: float | None = defaults.TIME_BUDGET_S,
+                 episodes: int = defaults.EPISODES, confirm: bool = True,
                  database: DatabaseLike = None, repeat: int = 10, cost: costs.CostFn | None = None,
-                 rules: Sequence[Rule] | None = None, cap: int | None = None, shortlist: int | None = 16,
+                 rules: Sequence[Rule] | None = None, cap: int | None = defaults.CAP,
+                 shortlist: int | None = defaults.SHORTLIST,
                  seed: int = 0, measure_pair: costs.PairMeasure | None = None, all_matches: bool = True,
                  features: FeatureSpec | roofline.Roofline | None = None, allow_feature_mismatch: bool = False):
         if max_steps < 0 or episodes < 1:
