@@ -262,6 +262,11 @@ def _save(out: Path, state: dict[str, Any]) -> None:
     tmp.replace(out)
 
 
+def run_label(arm: str, seed: int, seeds: int) -> str:
+    """A run's name in the tables: its arm, and its seed when the invocation runs several."""
+    return arm if seeds == 1 else f"{arm} s{seed}"
+
+
 def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, seed: int, args,
              previous: dict[str, Any] | None) -> tuple[Any, dict[str, Any], bool]:
     """Tune one (model, arm, N, seed) into `folder`, resuming; returns its database, its JSON entry (sittings
@@ -274,7 +279,7 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
                                   strategy=strategy, seed=seed, op_filter=args.op_filter, cost_model=cost_model)
     entry = dict(previous or {"arm": arm, "trials": trials, "seed": seed, "work_dir": str(folder), "tuning_s": 0.0,
                               "sittings": 0, "failures": 0})
-    entry["label"] = arm if args.seeds == 1 else f"{arm} s{seed}"
+    entry["label"] = run_label(arm, seed, args.seeds)
     entry.update(kernels=report.tasks, tuned_kernels=len(report.tuned) + len(report.skipped),
                  measurements=TuningDatabase(folder).record_count())
     if report.tuned:
@@ -321,6 +326,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                         # from its archived best records, never tuned again under the same key, which would add a
                         # second run's seconds and records to the first's.
                         databases[key] = str(e2e_archive.database_for(archive, name, key, folder))
+                        entry["runs"][key]["label"] = run_label(arm, seed, args.seeds)
                         print(f"[{name}] {key}: its folder is gone; built from its archived best records in "
                               f"{archive}", flush=True)
                         continue
