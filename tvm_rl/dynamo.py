@@ -56,7 +56,7 @@ class Options:
     fallback: bool = True  # False: raise TvmRlError instead of running a graph eagerly
     freeze: bool = True  # parameters and buffers lifted into graph inputs become constants of the TVM module
     strategy: str | None = None  # None: tvm_rl.tune.search_strategy.DEFAULT
-    rewrite_steps: int = defaults.MAX_STEPS  # the graph pass's limits: per episode, and in all
+    rewrite_steps: int = defaults.MAX_STEPS  # the graph pass: rewrites per episode; seconds per graph below
     rewrite_seconds: float = defaults.TIME_BUDGET_S
     rtol: float = 1e-3
     atol: float = 1e-3  # relative to the largest output, as in `optimize`
