@@ -270,19 +270,27 @@ def run_label(arm: str, seed: int, seeds: int) -> str:
 def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, seed: int, args,
              previous: dict[str, Any] | None) -> tuple[Any, dict[str, Any], bool]:
     """Tune one (model, arm, N, seed) into `folder`, resuming; returns its database, its JSON entry (sittings
-    added up) and whether anything was tuned now."""
+    added up, and the load seen when it waited for quiet cores before tuning) and whether anything was tuned now.
+    A run whose kernels are all tuned already neither waits nor tunes."""
+    load: dict[str, Any] = {}
+
+    def wait_for_quiet_cores() -> None:  # shared cores skew measurements
+        load.update(bench_runs.wait_for_cores(args.load_wait, args.max_load))
+
     strategy, pretrained = ARMS[arm]
     # The plain arms tune with MetaSchedule's own XGBModel, whatever model tvm-rl ships, so that the pre-trained
     # arms (what `tvm-rl optimize` runs by default where a model is shipped) are compared with it.
     cost_model = from_spec(args.cost_model, seed, target.kind.name) if pretrained else "xgb"
     database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials, trials_per_iter=TRIALS_PER_ITER,
-                                  strategy=strategy, seed=seed, op_filter=args.op_filter, cost_model=cost_model)
+                                  strategy=strategy, seed=seed, op_filter=args.op_filter, cost_model=cost_model,
+                                  before_tuning=wait_for_quiet_cores)
     entry = dict(previous or {"arm": arm, "trials": trials, "seed": seed, "work_dir": str(folder), "tuning_s": 0.0,
                               "sittings": 0, "failures": 0})
     entry["label"] = run_label(arm, seed, args.seeds)
     entry.update(kernels=report.tasks, tuned_kernels=len(report.tuned) + len(report.skipped),
                  measurements=TuningDatabase(folder).record_count())
     if report.tuned:
+        entry["load"] = load
         entry["tuning_s"] = round(entry["tuning_s"] + report.seconds, 1)
         entry["sittings"] += 1
         entry["failures"] += sum(report.failures.values())
@@ -331,11 +339,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                               f"{archive}", flush=True)
                         continue
                     print(f"[{name}] tuning {key} into {folder} ...", flush=True)
-                    load = bench_runs.wait_for_cores(args.load_wait, args.max_load)  # shared cores skew measurements
                     databases[key], entry["runs"][key], tuned = tune_run(model, target, folder, arm, trials, seed,
                                                                          args, entry["runs"].get(key))
-                    if tuned:
-                        entry["runs"][key]["load"] = load
                     tuned_now |= tuned
                     e2e_archive.add(archive, name, key, folder)
                     _save(out, state)

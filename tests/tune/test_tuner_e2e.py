@@ -152,6 +152,7 @@ def test_end_to_end_tiny_resnet18_and_a_rerun_that_tunes_nothing(tmp_path, capsy
     second = capsys.readouterr().out
     again = json.loads(out.read_text())["models"]["resnet18"]
     assert "trials, best" not in second and "nothing new tuned" in second
+    assert len(waits) == 3  # nothing to tune and nothing to time: no wait for quiet cores either
     assert again["runs"] == model["runs"]
     assert again["timing"] == model["timing"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,7 +89,8 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
                trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy: ms.SearchStrategy | str | None = None,
                seed: int = 0, op_filter: str | None = None, builder: ms.Builder | None = None,
                runner: ms.Runner | str = "local", verbose: bool = False, check_results: bool = False,
-               cost_model: ms.CostModel | str | None = None) -> tuple[ms.Database, TuneReport]:
+               cost_model: ms.CostModel | str | None = None,
+               before_tuning: Callable[[], None] | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
 
     Kernels are extracted as `measure.build` looks them up, so the database applies to the build; the rest is
@@ -99,7 +100,7 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     check_local_device(target, runner)
     workloads = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
     return tune_workloads(workloads, target, work_dir, trials_per_kernel, trials_per_iter, strategy, seed,
-                          op_filter, builder, runner, verbose, check_results, cost_model)
+                          op_filter, builder, runner, verbose, check_results, cost_model, before_tuning)
 
 
 def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target: tvm.target.Target | str,
@@ -107,7 +108,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                    strategy: ms.SearchStrategy | str | None = None, seed: int = 0, op_filter: str | None = None,
                    builder: ms.Builder | None = None, runner: ms.Runner | str = "local",
                    verbose: bool = False, check_results: bool = False,
-                   cost_model: ms.CostModel | str | None = None) -> tuple[ms.Database, TuneReport]:
+                   cost_model: ms.CostModel | str | None = None,
+                   before_tuning: Callable[[], None] | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune (name, TIR module with one PrimFunc, weight) workloads into `work_dir`'s database, each up to
     `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
     interrupted run resumes.
@@ -125,6 +127,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     `cost_model` rates candidates for every task of the call: by default (None) `cost_model.default(kind)`, the
     pre-trained model shipped for the target kind refined on the run's records, or MetaSchedule's XGBModel where
     none is shipped; "xgb" is MetaSchedule's XGBModel; or any MetaSchedule CostModel (`cost_model.create(...)`).
+    `before_tuning` is called once, just before the first measurement, and not at all when every kernel is tuned
+    already (a benchmark waits there for quiet cores).
     """
     target = parse_target(target)
     check_local_device(target, runner)
@@ -154,6 +158,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         budgets.append(trials_per_kernel - have)
     if not todo:
         return database, report
+    if before_tuning is not None:
+        before_tuning()
     start = time.perf_counter()
     preload_tensor_intrinsics()
     prepare_metaschedule_logging(verbose)
