@@ -48,16 +48,19 @@ def add_arm_args(ap: argparse.ArgumentParser, default_arms: tuple[str, ...] = ab
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of the pass's arms")
     ap.add_argument("--proxy-from", default=None, help="a benchmark JSON whose recorded \"proxy\" (a fitted "
                     "roofline) prices the graphs, when its --database is not at hand")
-    ap.add_argument("--cap", type=int, default=64, help="candidates per step (searches and the pass; 0: all, "
-                    "as RLRewritePass enumerates by default)")
-    ap.add_argument("--steps", type=int, default=50, help="pass: steps per episode (the time budget usually "
-                    "ends it first); greedy-never-stop: steps")
-    ap.add_argument("--episodes", type=int, default=4, help="pass: episodes")
-    ap.add_argument("--time-budget", type=float, default=10.0, help="pass: search seconds per model and run")
-    ap.add_argument("--shortlist", type=int, default=16, help="pass: candidates shown per step")
+    # Defaults from ablation.Settings, whose pass settings are RLRewritePass's own (graph/defaults.py).
+    s = ablation.Settings()
+    ap.add_argument("--cap", type=int, default=s.cap, help=f"candidates per step (searches and the pass; default "
+                    f"{s.cap}, as RLRewritePass; 0: every candidate)")
+    ap.add_argument("--steps", type=int, default=s.max_steps, help="pass: steps per episode (the time budget "
+                    "usually ends it first); greedy-never-stop: steps")
+    ap.add_argument("--episodes", type=int, default=s.episodes, help="pass: episodes")
+    ap.add_argument("--time-budget", type=float, default=s.time_budget_s, help="pass: search seconds per model and "
+                    "run")
+    ap.add_argument("--shortlist", type=int, default=s.shortlist, help="pass: candidates shown per step")
     ap.add_argument("--no-all-matches", action="store_true", help="pass: one match per step only")
-    ap.add_argument("--alpha", type=float, default=1.05, help="backtracking's alpha")
-    ap.add_argument("--greedy-steps", type=int, default=500, help="greedy: rewrites at most")
+    ap.add_argument("--alpha", type=float, default=s.alpha, help="backtracking's alpha")
+    ap.add_argument("--greedy-steps", type=int, default=s.greedy_steps, help="greedy: rewrites at most")
 
 
 def proxy_of(target, args):

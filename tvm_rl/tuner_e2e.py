@@ -227,8 +227,9 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=float, default=20.0, help="seconds of TVM timing per variant, all passes")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for PyTorch and ORT")
     p.add_argument("--retime", action="store_true", help="time again even when nothing new was tuned")
-    p.add_argument("--load-wait", type=float, default=600.0, help="seconds to wait, before each tuning run and the "
-                   "timing, for other processes to leave the cores (default 600; the load seen is recorded)")
+    p.add_argument("--load-wait", type=float, default=600.0, help="seconds to wait, before each tuning run with "
+                   "kernels left to tune and before the timing, for other processes to leave the cores (default 600; "
+                   "the load seen is recorded)")
     p.add_argument("--max-load", type=float, default=None,
                    help="cores other processes may keep busy before a run starts (default 0.5)")
     p.add_argument("--work-dir", default="logs/scratch/tuner_e2e", help="the runs' databases")
@@ -331,9 +332,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     folder = run_dir(Path(args.work_dir), name_of_target, args.size, name, arm, trials, seed)
                     if key in entry["runs"] and not (folder / RECORDS).is_file():
                         # Tuned in an earlier sitting whose folder is gone (another machine, a fresh clone): built
-                        # from its archived best records, never tuned again under the same key, which would add a
-                        # second run's seconds and records to the first's.
-                        databases[key] = str(e2e_archive.database_for(archive, name, key, folder))
+                        # from its archived best records below, with the earlier invocations' runs, never tuned
+                        # again under the same key, which would add a second run's seconds and records to the first's.
                         entry["runs"][key]["label"] = run_label(arm, seed, args.seeds)
                         print(f"[{name}] {key}: its folder is gone; built from its archived best records in "
                               f"{archive}", flush=True)
@@ -344,8 +344,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                     tuned_now |= tuned
                     e2e_archive.add(archive, name, key, folder)
                     _save(out, state)
-        # Runs of earlier invocations (other N or arms) are built from their folders, or from the archive where a
-        # folder is gone, and timed with these.
+        # Runs of earlier invocations (other N or arms), and runs of this one whose folder is gone, are built from
+        # their folders, or from the archive where a folder is gone, and timed with these.
         for key, run in entry["runs"].items():
             if key not in databases:
                 e2e_archive.add(archive, name, key, Path(run["work_dir"]))  # made before the archive existed

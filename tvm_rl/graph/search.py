@@ -20,6 +20,7 @@ import psutil
 import tvm
 
 from ..errors import SearchNameError
+from . import defaults
 from .candidates import enumerate_candidates, past
 from .cost import CostFn, Memo, PairMeasure
 from .fingerprint import module_key
@@ -204,7 +205,7 @@ def memory_short() -> bool:
 
 
 TASO_BUDGET = 1000  # TASO's default backtracking budget: `optimize(alpha=1.0, budget=1000)`
-SEARCH_CAP = 64  # candidates per expansion when the pass runs a search with no cap: what the benchmarks measured
+SEARCH_CAP = defaults.CAP  # candidates per expansion when the pass runs a search with no cap, as measured
 SEARCH_NAMES = ("greedy", "backtracking", "backtracking-N")  # what pass_search takes, for messages
 PassSearch = Callable[[tvm.IRModule, CostFn, Sequence[Rule], int | None, float | None], SearchResult]
 
