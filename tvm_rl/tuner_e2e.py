@@ -269,10 +269,12 @@ def run_label(arm: str, seed: int, seeds: int) -> str:
 
 
 def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, seed: int, args,
-             previous: dict[str, Any] | None) -> tuple[Any, dict[str, Any], bool]:
+             previous: dict[str, Any] | None,
+             after_batch: Callable[[], object] | None = None) -> tuple[Any, dict[str, Any], bool]:
     """Tune one (model, arm, N, seed) into `folder`, resuming; returns its database, its JSON entry (sittings
     added up, and the load seen when it waited for quiet cores before tuning) and whether anything was tuned now.
-    A run whose kernels are all tuned already neither waits nor tunes."""
+    A run whose kernels are all tuned already neither waits nor tunes. `after_batch` is called after every
+    measured batch (the benchmark archives the batch's records there)."""
     load: dict[str, Any] = {}
 
     def wait_for_quiet_cores() -> None:  # shared cores skew measurements
@@ -284,7 +286,7 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
     cost_model = from_spec(args.cost_model, seed, target.kind.name) if pretrained else "xgb"
     database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials, trials_per_iter=TRIALS_PER_ITER,
                                   strategy=strategy, seed=seed, op_filter=args.op_filter, cost_model=cost_model,
-                                  before_tuning=wait_for_quiet_cores)
+                                  before_tuning=wait_for_quiet_cores, after_batch=after_batch)
     entry = dict(previous or {"arm": arm, "trials": trials, "seed": seed, "work_dir": str(folder), "tuning_s": 0.0,
                               "sittings": 0, "failures": 0})
     entry["label"] = run_label(arm, seed, args.seeds)
@@ -330,25 +332,36 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 for seed in range(args.seeds):
                     key = variant_key(arm, trials, seed)
                     folder = run_dir(Path(args.work_dir), name_of_target, args.size, name, arm, trials, seed)
-                    if key in entry["runs"] and not (folder / RECORDS).is_file():
-                        # Tuned in an earlier sitting whose folder is gone (another machine, a fresh clone): built
-                        # from its archived best records below, with the earlier invocations' runs, never tuned
-                        # again under the same key, which would add a second run's seconds and records to the first's.
-                        entry["runs"][key]["label"] = run_label(arm, seed, args.seeds)
-                        print(f"[{name}] {key}: its folder is gone; built from its archived best records in "
-                              f"{archive}", flush=True)
-                        continue
+                    if not (folder / RECORDS).is_file():
+                        # Its folder is gone (another machine, a fresh clone): where the archive holds every record
+                        # of the run, it is restored and resumed where it stopped (or, finished, only built).
+                        restored = e2e_archive.restore_all(archive, name, key, folder)
+                        if restored:
+                            print(f"[{name}] {key}: its folder was gone; {restored} records restored from {archive}",
+                                  flush=True)
+                        elif key in entry["runs"]:
+                            # Archived before every record was kept: built from its best records below, with the
+                            # earlier invocations' runs, never tuned again under the same key, which would add a
+                            # second run's seconds and records to the first's.
+                            entry["runs"][key]["label"] = run_label(arm, seed, args.seeds)
+                            print(f"[{name}] {key}: its folder is gone; built from its archived best records in "
+                                  f"{archive}", flush=True)
+                            continue
                     print(f"[{name}] tuning {key} into {folder} ...", flush=True)
+                    records = e2e_archive.RunRecords(archive, name, key, folder)
                     databases[key], entry["runs"][key], tuned = tune_run(model, target, folder, arm, trials, seed,
-                                                                         args, entry["runs"].get(key))
+                                                                         args, entry["runs"].get(key), records.flush)
                     tuned_now |= tuned
+                    records.flush()
                     e2e_archive.add(archive, name, key, folder)
                     _save(out, state)
         # Runs of earlier invocations (other N or arms), and runs of this one whose folder is gone, are built from
         # their folders, or from the archive where a folder is gone, and timed with these.
         for key, run in entry["runs"].items():
             if key not in databases:
-                e2e_archive.add(archive, name, key, Path(run["work_dir"]))  # made before the archive existed
+                # Either may have been made before the archive kept it.
+                e2e_archive.RunRecords(archive, name, key, Path(run["work_dir"])).flush()
+                e2e_archive.add(archive, name, key, Path(run["work_dir"]))
                 databases[key] = str(e2e_archive.database_for(archive, name, key, Path(run["work_dir"])))
         saved = entry.get("timing", {}).get("variants", {})
         if tuned_now or args.retime or set(saved) != {DEFAULT, TORCH, ORT, *databases}:

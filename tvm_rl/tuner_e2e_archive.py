@@ -1,4 +1,5 @@
-"""What the end-to-end tuner benchmark needs to build its tuned variants again, kept beside its JSON.
+"""What the end-to-end tuner benchmark needs to build its tuned variants again, and to resume its runs, kept
+beside its JSON.
 
 A model's variants are timed together, so adding an arm, a budget or a seed to a model re-times its earlier runs
 too, and each is built from its run's database (in `logs/scratch/...`, not committed, lost with the machine). A
@@ -7,6 +8,11 @@ workload, the record with the lowest mean run time (MetaSchedule's own order), a
 `<out stem>_best.jsonl.gz`. Where a run's folder is gone, those records are written to `<folder>_best` and the
 variant is built from there; a folder that is gone and not archived is an error, never an untuned build timed
 under a tuned variant's name.
+
+The same file also holds every record of every run, failed candidates included, appended batch by batch as they
+are measured (`RunRecords`), so that a run stopped part-way on a machine that is then lost (a session's end, a
+fresh clone) is restored in full (`restore_all`) and resumed where it stopped, not tuned again from the start nor
+taken as finished. Runs archived before that was kept have only their best records, and are built, never resumed.
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .database import RECORDS, WORKLOADS, append_json_lines_gz, read_json_lines_gz
+from .database import RECORDS, WORKLOADS, TuningDatabase, append_json_lines_gz, read_json_lines_gz
 
 
 def archive_path(out: Path) -> Path:
@@ -44,14 +50,92 @@ def best_records(folder: Path) -> list[str]:
 
 
 def _read(path: Path) -> tuple[dict[str, str], dict[tuple[str, str], dict[str, Any]]]:
+    """The archive's workloads texts by sha, and each run's last best-records entry."""
     workloads: dict[str, str] = {}
     runs: dict[tuple[str, str], dict[str, Any]] = {}
     for entry in read_json_lines_gz(path):
         if "workloads" in entry:
             workloads[entry["sha"]] = entry["workloads"]
-        else:
+        elif "start" not in entry:
             runs[(entry["model"], entry["key"])] = entry
     return workloads, runs
+
+
+def _read_all(path: Path) -> tuple[dict[str, str], dict[tuple[str, str], dict[str, Any]]]:
+    """The archive's workloads texts by sha, and each run's every record as the batches appended them: {"records":
+    lines in order, "sha": of its latest workloads text, "exhausted": its latest exhaustion marks}. A batch that
+    starts at 0 begins the run again (its folder was tuned afresh); one that does not continue it is dropped."""
+    workloads: dict[str, str] = {}
+    runs: dict[tuple[str, str], dict[str, Any]] = {}
+    for entry in read_json_lines_gz(path):
+        if "workloads" in entry:
+            workloads[entry["sha"]] = entry["workloads"]
+        elif "start" in entry:
+            run = runs.setdefault((entry["model"], entry["key"]), {"records": []})
+            if entry["start"] == 0:
+                run["records"] = []
+            if entry["start"] == len(run["records"]):
+                run["records"] += entry["records"]
+                run.update(sha=entry["sha"], exhausted=entry["exhausted"])
+    return workloads, runs
+
+
+def _whole_lines(path: Path) -> list[str]:
+    """The complete lines of a database file (a line being written as it is read is left for the next call)."""
+    if not path.is_file():
+        return []
+    with open(path) as f:
+        return [line for line in f if line.endswith("\n")]
+
+
+class RunRecords:
+    """Appends run `key` of `model`'s new records in `folder` to the archive at `path` on each `flush()` (called
+    after every measured batch), with the folder's workloads text when it is new and its exhaustion marks."""
+
+    def __init__(self, path: Path, model: str, key: str, folder: Path) -> None:
+        self.path, self.model, self.key, self.folder = Path(path), model, key, Path(folder)
+        workloads, runs = _read_all(self.path)
+        held = runs.get((model, key), {})
+        self.shas = set(workloads)
+        self.count = len(held.get("records", []))
+        self.exhausted = held.get("exhausted")
+
+    def flush(self) -> int:
+        """Archive what the folder gained since the last flush; returns how many records were appended."""
+        lines = _whole_lines(self.folder / RECORDS)
+        if not lines:
+            return 0
+        start = self.count if len(lines) >= self.count else 0  # fewer than archived: tuned afresh, start over
+        exhausted = TuningDatabase(self.folder).read_exhausted()
+        if start == len(lines) and exhausted == self.exhausted:
+            return 0
+        text = (self.folder / WORKLOADS).read_text()
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        entries: list[dict[str, Any]] = [] if sha in self.shas else [{"sha": sha, "workloads": text}]
+        entries.append({"model": self.model, "key": self.key, "sha": sha, "start": start, "records": lines[start:],
+                        "exhausted": exhausted})
+        append_json_lines_gz(self.path, entries)
+        self.shas.add(sha)
+        self.count, self.exhausted = len(lines), exhausted
+        return len(lines) - start
+
+
+def restore_all(path: Path, model: str, key: str, folder: Path) -> int:
+    """Write every archived record of run `key` of `model` (and its workloads and exhaustion marks) as the
+    database in `folder`, which must hold none; returns how many records, 0 where the archive has none of them."""
+    workloads, runs = _read_all(path)
+    run = runs.get((model, key))
+    if not run or not run["records"] or run["sha"] not in workloads:
+        return 0
+    folder = Path(folder)
+    if (folder / RECORDS).is_file() and (folder / RECORDS).stat().st_size:
+        raise ValueError(f"{folder} already holds tuning records; not overwritten from {path}")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / WORKLOADS).write_text(workloads[run["sha"]])
+    (folder / RECORDS).write_text("".join(run["records"]))
+    if run["exhausted"]:
+        TuningDatabase(folder).write_exhausted(run["exhausted"])
+    return len(run["records"])
 
 
 def add(path: Path, model: str, key: str, folder: Path) -> bool:
@@ -99,4 +183,4 @@ def database_for(path: Path, model: str, key: str, folder: Path) -> Path:
                      "restore the folder, or remove the run from the JSON to tune it again")
 
 
-__all__ = ["add", "archive_path", "best_records", "database_for", "restore"]
+__all__ = ["RunRecords", "add", "archive_path", "best_records", "database_for", "restore", "restore_all"]

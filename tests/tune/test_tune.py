@@ -113,7 +113,10 @@ def test_each_kernels_records_are_in_the_database_before_the_next_kernel_is_meas
 
     runner = SyncRunner()
     workloads = [(f"scale{n}", scale(n, 2.0), 1.0) for n in (64, 128, 256)]
-    tune_workloads(workloads, cpu, tmp_path, trials_per_kernel=2, trials_per_iter=2, runner=runner)
+    seen_after: list[int] = []  # `after_batch` sees each batch's records in the file (a benchmark archives them)
+    tune_workloads(workloads, cpu, tmp_path, trials_per_kernel=2, trials_per_iter=2, runner=runner,
+                   after_batch=lambda: seen_after.append(len(path.read_text().splitlines())))
     lines_before = runner.lines_before
     assert len(lines_before) == 3
     assert lines_before[1] >= 1 and lines_before[2] > lines_before[1], lines_before
+    assert seen_after == [*lines_before[1:], len(path.read_text().splitlines())]

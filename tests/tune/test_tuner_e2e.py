@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 
 from tvm_rl import tuner_e2e as e2e
+from tvm_rl import tuner_e2e_archive as arch
+from tvm_rl.database import RECORDS, append_json_lines_gz, read_json_lines_gz
 
 
 def test_default_arms_add_the_pretrained_ones_only_with_a_cost_model():
@@ -163,10 +165,33 @@ def test_end_to_end_tiny_resnet18_and_a_rerun_that_tunes_nothing(tmp_path, capsy
     assert restored["correct"] is True and restored["ms"] > 0
     assert "trials, best" not in capsys.readouterr().out  # restored, not tuned again
 
-    # Its own arm asked for again (as when a seed is added): still restored, not tuned again from scratch under
-    # the same key, and its record (seconds, sittings) is kept as it was.
+    # Its own arm asked for again (as when a seed is added): its every record is restored into its folder, nothing is
+    # tuned again under the same key, and its record (seconds, sittings) is kept as it was.
     assert e2e.main([*argv, "--retime"]) == 0
     third = capsys.readouterr().out
-    assert "trials, best" not in third and "built from its archived best records" in third
+    assert "trials, best" not in third and "4 records restored" in third
     kept = json.loads(out.read_text())["models"]["resnet18"]["runs"]["evolutionary/N2/s0"]
     assert kept == model["runs"]["evolutionary/N2/s0"]
+
+    # A run stopped after its first kernel (a session's end), its folder then lost and the JSON never told of it: it
+    # resumes from the records archived batch by batch, and only the kernel it had not measured is tuned.
+    key, folder = "ppo/N2/s0", Path(model["runs"]["ppo/N2/s0"]["work_dir"])
+    lines = (folder / RECORDS).read_text().splitlines(keepends=True)
+    first = [line for line in lines if json.loads(line)[0] == json.loads(lines[0])[0]]
+    assert len(first) == 2 and len(lines) == 4
+    archive = arch.archive_path(out)
+    kept_entries = [e for e in read_json_lines_gz(archive) if not (e.get("key") == key and "start" in e)]
+    archive.unlink()
+    append_json_lines_gz(archive, kept_entries)
+    (folder / RECORDS).write_text("".join(first))
+    arch.RunRecords(archive, "resnet18", key, folder).flush()
+    shutil.rmtree(folder)
+    state = json.loads(out.read_text())
+    del state["models"]["resnet18"]["runs"][key]
+    out.write_text(json.dumps(state))
+    assert e2e.main([*argv[:argv.index("--arms")], "--arms", "ppo", *argv[argv.index("--op-filter"):]]) == 0
+    fourth = capsys.readouterr().out
+    assert "2 records restored" in fourth and fourth.count("trials, best") == 1  # one kernel's one batch
+    resumed = json.loads(out.read_text())["models"]["resnet18"]["runs"][key]
+    assert resumed["measurements"] == 4 and resumed["tuned_kernels"] == 2
+    assert json.loads(out.read_text())["models"]["resnet18"]["timing"]["variants"][key]["correct"] is True

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from tvm_rl import tuner_e2e_archive as arch
-from tvm_rl.database import RECORDS, WORKLOADS
+from tvm_rl.database import RECORDS, WORKLOADS, TuningDatabase
 
 
 def fake_db(folder, rows, workloads='["w0"]\n["w1"]\n'):
@@ -59,3 +59,42 @@ def test_a_later_sitting_replaces_the_runs_records_and_workloads_are_kept_once(t
     assert arch.restore(path, "bert", "a", tmp_path / "r")
     assert [json.loads(line)[1][0] for line in open(tmp_path / "r" / RECORDS)] == ["trace0", "later"]
     assert not arch.restore(path, "vit", "a", tmp_path / "x")
+
+
+def test_every_record_is_archived_batch_by_batch_and_restores_a_run_to_resume(tmp_path):
+    path = tmp_path / "e2e_best.jsonl.gz"
+    folder = fake_db(tmp_path / "w" / "run", [(0, [2.0]), (0, None)])
+    records = arch.RunRecords(path, "bert", "k", folder)
+    assert records.flush() == 2
+    assert records.flush() == 0  # nothing new: nothing appended
+    size = path.stat().st_size
+    with open(folder / RECORDS, "a") as f:  # the next batch, and the start of a line still being written
+        f.write(json.dumps([1, ["t2", [4.0]]]) + "\n" + '[1, ["t3"')
+    assert records.flush() == 1 and path.stat().st_size > size
+    TuningDatabase(folder).write_exhausted({"123": 1})
+    assert records.flush() == 0  # the exhaustion marks alone are archived too
+    assert arch.RunRecords(path, "bert", "k", folder).count == 3  # a later sitting carries on from the archive
+    lines = (folder / RECORDS).read_text().splitlines(keepends=True)[:3]
+    shutil.rmtree(folder)
+    assert arch.restore_all(path, "bert", "k", folder) == 3
+    assert (folder / RECORDS).read_text() == "".join(lines)  # failed candidates too: they count against the budget
+    assert (folder / WORKLOADS).read_text() == '["w0"]\n["w1"]\n'
+    assert TuningDatabase(folder).read_exhausted() == {"123": 1}
+    assert arch.restore_all(path, "bert", "other", tmp_path / "x") == 0 and not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match="already holds tuning records"):
+        arch.restore_all(path, "bert", "k", folder)
+    # Best-records entries and every-record entries live in one file without mixing.
+    assert arch.add(path, "bert", "k", folder) and arch.restore(path, "bert", "k", tmp_path / "best")
+    assert [json.loads(line)[1][0] for line in open(tmp_path / "best" / RECORDS)] == ["trace0", "t2"]
+    assert arch.restore_all(path, "bert", "k", tmp_path / "again") == 3
+
+
+def test_a_folder_tuned_afresh_starts_the_runs_archive_over(tmp_path):
+    path = tmp_path / "e2e_best.jsonl.gz"
+    folder = fake_db(tmp_path / "run", [(0, [2.0]), (0, [3.0]), (1, [1.0])])
+    arch.RunRecords(path, "bert", "k", folder).flush()
+    shutil.rmtree(folder)
+    fake_db(folder, [(1, [5.0])])  # deleted by hand and tuned again from nothing
+    assert arch.RunRecords(path, "bert", "k", folder).flush() == 1
+    assert arch.restore_all(path, "bert", "k", tmp_path / "r") == 1
+    assert json.loads((tmp_path / "r" / RECORDS).read_text())[1][1] == [5.0]

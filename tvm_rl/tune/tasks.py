@@ -24,7 +24,7 @@ from ..measure import kernel_stage, parse_target
 from . import search_strategy
 from .cost_model import default as default_cost_model
 from .intrin import preload_tensor_intrinsics
-from .measure_callback import ProgressLine, StopOnInterrupt
+from .measure_callback import AfterBatch, ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
 from .search_strategy.exhaustion import StopWhenExhausted
 from .search_strategy.skip_measured import SkipMeasured
@@ -90,7 +90,8 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
                seed: int = 0, op_filter: str | None = None, builder: ms.Builder | None = None,
                runner: ms.Runner | str = "local", verbose: bool = False, check_results: bool = False,
                cost_model: ms.CostModel | str | None = None,
-               before_tuning: Callable[[], None] | None = None) -> tuple[ms.Database, TuneReport]:
+               before_tuning: Callable[[], None] | None = None,
+               after_batch: Callable[[], object] | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
 
     Kernels are extracted as `measure.build` looks them up, so the database applies to the build; the rest is
@@ -100,7 +101,8 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     check_local_device(target, runner)
     workloads = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
     return tune_workloads(workloads, target, work_dir, trials_per_kernel, trials_per_iter, strategy, seed,
-                          op_filter, builder, runner, verbose, check_results, cost_model, before_tuning)
+                          op_filter, builder, runner, verbose, check_results, cost_model, before_tuning,
+                          after_batch)
 
 
 def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target: tvm.target.Target | str,
@@ -109,7 +111,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                    builder: ms.Builder | None = None, runner: ms.Runner | str = "local",
                    verbose: bool = False, check_results: bool = False,
                    cost_model: ms.CostModel | str | None = None,
-                   before_tuning: Callable[[], None] | None = None) -> tuple[ms.Database, TuneReport]:
+                   before_tuning: Callable[[], None] | None = None,
+                   after_batch: Callable[[], object] | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune (name, TIR module with one PrimFunc, weight) workloads into `work_dir`'s database, each up to
     `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
     interrupted run resumes.
@@ -128,7 +131,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     pre-trained model shipped for the target kind refined on the run's records, or MetaSchedule's XGBModel where
     none is shipped; "xgb" is MetaSchedule's XGBModel; or any MetaSchedule CostModel (`cost_model.create(...)`).
     `before_tuning` is called once, just before the first measurement, and not at all when every kernel is tuned
-    already (a benchmark waits there for quiet cores).
+    already (a benchmark waits there for quiet cores). `after_batch` is called after every measured batch, once
+    its records are in `work_dir`'s database files (a benchmark archives them there).
     """
     target = parse_target(target)
     check_local_device(target, runner)
@@ -183,7 +187,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
             group = [i for i, b in enumerate(budgets) if b == budget]
             failures = FailureLog(report.failure_log, [names[i] for i in group])
             callbacks = [StopOnInterrupt(), *ms.measure_callback.MeasureCallback.create("default"),
-                         ProgressLine("  ", [names[i] for i in group]), failures]
+                         ProgressLine("  ", [names[i] for i in group]), failures,
+                         *([AfterBatch(after_batch)] if after_batch is not None else [])]
             # Round-robin, not MetaSchedule's default gradient scheduler: both give each task exactly `budget`
             # trials here (the per-task cap sums to the global one), but the gradient scheduler commits no record
             # until every task has had its first batch (on a 75-kernel model, 20 minutes a kill would lose), where
