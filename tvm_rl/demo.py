@@ -29,6 +29,7 @@ from torch import nn
 
 from . import measure, models
 from .database import TuningDatabase
+from .graph import defaults
 
 # (channels, expansion, spatial size): "full" is MobileNet-V2's second stage; "tiny" keeps tests fast.
 SIZES = {"full": (24, 6, 56), "tiny": (8, 2, 14)}
@@ -114,7 +115,7 @@ def _arm_db(path: Path) -> dict:
 
 
 def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", work_dir: str | Path = "logs/demo",
-        seed: int = 0, rewrite_seconds: float = 30.0, rounds: int = 30, threads: int | None = None,
+        seed: int = 0, rewrite_seconds: float = defaults.TIME_BUDGET_S, rounds: int = 30, threads: int | None = None,
         fresh: bool = False, plot: bool = True, ablation: bool = True) -> dict:
     """Run the demo and return its result (also written to `work_dir/demo.json`)."""
     import onnxruntime as ort
@@ -304,7 +305,8 @@ def parser(prog: str = "tvm-rl demo") -> argparse.ArgumentParser:
     ap.add_argument("--target", default="llvm", help="a CPU target (default: llvm, this CPU)")
     ap.add_argument("--work-dir", default="logs/demo", help="databases, JSON and plot go under here")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rewrite-seconds", type=float, default=30.0, help="time budget of the graph rewrite pass")
+    ap.add_argument("--rewrite-seconds", type=float, default=defaults.TIME_BUDGET_S,
+                    help=f"time budget of the graph rewrite pass (default {defaults.TIME_BUDGET_S:g}, the pass's own)")
     ap.add_argument("--rounds", type=int, default=30, help="interleaved timing rounds")
     ap.add_argument("--threads", type=int, default=None, help="threads for PyTorch and ONNX Runtime (default: all)")
     ap.add_argument("--fresh", action="store_true", help="discard this setting's earlier databases and start over")

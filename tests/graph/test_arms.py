@@ -311,7 +311,7 @@ def test_the_pass_users_get_is_the_pass_the_ablation_measured(monkeypatch):
     ablation benchmark runs the arms with (a pass enumerating every candidate took no step in 10 s on ViT)."""
     import inspect
 
-    from tvm_rl import dynamo, flow, flow_command
+    from tvm_rl import demo, dynamo, flow, flow_command
 
     s = ablation.Settings()
     p = RLRewritePass()
@@ -321,6 +321,8 @@ def test_the_pass_users_get_is_the_pass_the_ablation_measured(monkeypatch):
     opt = inspect.signature(flow.optimize).parameters
     assert (opt["rewrite_steps"].default, opt["rewrite_seconds"].default) == (s.max_steps, s.time_budget_s)
     assert (dynamo.Options().rewrite_steps, dynamo.Options().rewrite_seconds) == (s.max_steps, s.time_budget_s)
+    assert inspect.signature(demo.run).parameters["rewrite_seconds"].default == s.time_budget_s
+    assert demo.parser().parse_args([]).rewrite_seconds == s.time_budget_s
     seen = {}
 
     def fake_optimize(model, target, **kwargs):
