@@ -84,17 +84,9 @@ def test_a_truncated_last_member_loses_only_itself(tmp_path):
     assert set(Archive.open(path).records) == {(str(tmp_path / "a"), 0), (str(tmp_path / "a"), 1)}
     with gzip.open(path, "rt") as f:  # the archive is plain gzip'd JSON lines, readable without tvm-rl
         assert json.loads(f.readline())["index"] == 0
-
-
-def test_entries_appended_after_a_truncated_member_are_read(tmp_path):
-    # A gzip reader cannot get past a member cut short, so everything appended after a killed append would be
-    # lost (and reading it raised zlib.error) unless the cut member is dropped before appending.
-    path = tmp_path / "t_records.jsonl.gz"
-    archive = Archive.open(path)
-    archive.add_run(fake_run(tmp_path, "a", 2, [0, 1]))
-    whole = path.read_bytes()
-    archive.add_run(fake_run(tmp_path, "b", 2, [0, 1]))
-    path.write_bytes(path.read_bytes()[:len(whole) + 10])  # killed while appending run b
-    Archive.open(path).add_run(fake_run(tmp_path, "c", 1, [0]))  # the next sitting appends
+    # The next sitting appends. A gzip reader cannot get past a member cut short, so what it appends would be lost
+    # (and reading raised zlib.error) unless the cut member is dropped first.
+    Archive.open(path).add_run(fake_run(tmp_path, "c", 1, [0]))
     assert set(Archive.open(path).records) == {(str(tmp_path / "a"), 0), (str(tmp_path / "a"), 1),
                                                (str(tmp_path / "c"), 0)}
+
