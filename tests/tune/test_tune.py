@@ -120,3 +120,20 @@ def test_each_kernels_records_are_in_the_database_before_the_next_kernel_is_meas
     assert len(lines_before) == 3
     assert lines_before[1] >= 1 and lines_before[2] > lines_before[1], lines_before
     assert seen_after == [*lines_before[1:], len(path.read_text().splitlines())]
+
+
+@pytest.mark.slow
+def test_a_resumed_run_trains_its_cost_model_on_the_records_already_measured(cpu, tmp_path):
+    """MetaSchedule trains the model only on what its loop measures: a resumed evolutionary search would otherwise
+    search with a model that forgot the first sitting's records."""
+    from tvm.s_tir import meta_schedule as ms
+
+    a, b = te.placeholder((32, 32), name="A"), te.placeholder((32, 32), name="B")
+    k = te.reduce_axis((0, 32), name="k")
+    c = te.compute((32, 32), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    workload = [("matmul32", tvm.IRModule({"main": te.create_prim_func([a, b, c])}), 1.0)]
+    tune_workloads(workload, cpu, tmp_path, trials_per_kernel=2, trials_per_iter=2, cost_model="xgb")
+    model = ms.cost_model.XGBModel(num_warmup_samples=0)
+    _, resumed = tune_workloads(workload, cpu, tmp_path, trials_per_kernel=4, trials_per_iter=2, cost_model=model)
+    assert resumed.measured == 2
+    assert model.data_size == 4  # the first sitting's 2 records, then the 2 it measured

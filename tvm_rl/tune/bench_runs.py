@@ -33,6 +33,7 @@ from ..database import RECORDS, WORKLOADS, TuningDatabase
 from ..measure import device_for, random_args
 from .bench_archive import Archive
 from .bench_stats import improvers, median_seconds
+from .cost_model.warm import warm
 from .measure_callback.progress import ProgressLine
 from .search_strategy.exhaustion import StopWhenExhausted
 from .search_strategy.skip_measured import SkipMeasured
@@ -188,15 +189,7 @@ def shared_first_batch(mod: tvm.IRModule, name: str, seed: int, size: int, targe
 
 def _warm(model: ms.CostModel, mod: tvm.IRModule, name: str, target: tvm.target.Target, folder: Path) -> None:
     """Train `model` on the records in `folder`, as a knob-space strategy trains its model when it resumes."""
-    records = list(TuningDatabase(folder).records())
-    if not records:
-        return
-    context = ms.TuneContext(mod=mod, target=target, task_name=name)
-    results = []
-    for r in records:
-        ok = median_seconds(r.run_secs) is not None
-        results.append(ms.runner.RunnerResult(list(r.run_secs) if ok else None, None if ok else "failed"))
-    model.update(context, [r.as_measure_candidate() for r in records], results)
+    warm(model, ms.TuneContext(mod=mod, target=target, task_name=name), list(TuningDatabase(folder).records()))
 
 
 def run_arm(mod: tvm.IRModule, task: str, arm: str, strategy: ms.SearchStrategy, cost_model: ms.CostModel,

@@ -23,6 +23,7 @@ from ..interrupt import interruptible
 from ..measure import kernel_stage, parse_target
 from . import search_strategy
 from .cost_model import default as default_cost_model
+from .cost_model.warm import warm as warm_cost_model
 from .intrin import preload_tensor_intrinsics
 from .measure_callback import AfterBatch, ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
@@ -168,6 +169,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     preload_tensor_intrinsics()
     prepare_metaschedule_logging(verbose)
     strategy = search_strategy.create(strategy, seed)
+    resumed = search_strategy.is_evolutionary(strategy) and any(done.get(key, 0) for key in keys)
     if search_strategy.is_evolutionary(strategy):
         # A resumed run must not measure the database's schedules again (SkipMeasured), and a task whose space ran
         # out ends (StopWhenExhausted).
@@ -178,6 +180,14 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     contexts = [ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
                                task_name=name, logger=logger, rand_state=rand_state, num_threads="physical").clone()
                 for (name, mod, _), logger, rand_state in zip(todo, loggers, ms.utils.fork_seed(seed, n=len(todo)))]
+    if cost_model is None:
+        cost_model = default_cost_model(target.kind.name)
+    if resumed:
+        # The knob-space strategies train their model on the database's records themselves; evolutionary search's
+        # would search a resumed task with a model that forgot them. Made here as tune_tasks would make it.
+        if not isinstance(cost_model, ms.CostModel):
+            cost_model = ms.CostModel.create(cost_model, num_tuning_cores=contexts[0].num_threads, tree_method="auto")
+        _warm_on_records(cost_model, contexts, keys, database)
     if check_results:
         runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner)
     report.failure_log = folder.failures_path
@@ -200,7 +210,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                 max_trials_global=budget * len(group), max_trials_per_task=budget,
                 num_trials_per_iter=min(trials_per_iter, budget), database=database,
                 builder=builder or shared_builder(), runner=runner,
-                cost_model=cost_model if cost_model is not None else default_cost_model(target.kind.name))
+                cost_model=cost_model)
             report.tuned += [names[i] for i in group]
             report.trials += budget * len(group)
             report.failures += failures.counts()
@@ -213,6 +223,16 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     report.measured = sum(after.values()) - sum(done.values())
     report.seconds = time.perf_counter() - start
     return database, report
+
+
+def _warm_on_records(model: ms.CostModel, contexts: Sequence[ms.TuneContext], keys: Sequence[int],
+                     database: ms.Database) -> None:
+    """Train `model` on each task's records already in `database` (a resumed run), task by task."""
+    by_key: dict[int, list] = {}
+    for record in database.get_all_tuning_records():
+        by_key.setdefault(tvm_ffi.structural_hash(record.workload.mod), []).append(record)
+    for context, key in zip(contexts, keys):
+        warm_cost_model(model, context, by_key.get(key, []))
 
 
 def check_local_device(target: tvm.target.Target, runner: ms.Runner | str) -> None:

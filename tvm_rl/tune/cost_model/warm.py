@@ -1,0 +1,22 @@
+"""Training a cost model on records measured before this run, as if it had measured them itself.
+
+MetaSchedule's tuning loop trains its cost model only on what the loop measures, so a resumed run, or a run that
+starts from a shared batch, would search with a model that has forgotten the records already in its database."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tvm.s_tir import meta_schedule as ms
+
+from ..bench_stats import median_seconds
+
+
+def warm(model: ms.CostModel, context: ms.TuneContext, records: Sequence[ms.database.TuningRecord]) -> None:
+    """Update `model` with one task's `records` (failed candidates as failures, as the loop reports them)."""
+    if not records:
+        return
+    results = []
+    for r in records:
+        ok = median_seconds(r.run_secs) is not None
+        results.append(ms.runner.RunnerResult(list(r.run_secs) if ok else None, None if ok else "failed"))
+    model.update(context, [r.as_measure_candidate() for r in records], results)
