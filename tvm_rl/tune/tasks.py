@@ -169,11 +169,12 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     preload_tensor_intrinsics()
     prepare_metaschedule_logging(verbose)
     strategy = search_strategy.create(strategy, seed)
-    resumed = search_strategy.is_evolutionary(strategy) and any(done.get(key, 0) for key in keys)
+    resumed = False  # an evolutionary run with records already measured for some task: its model is warmed below
     if search_strategy.is_evolutionary(strategy):
         # A resumed run must not measure the database's schedules again (SkipMeasured), and a task whose space ran
         # out ends (StopWhenExhausted).
         strategy = StopWhenExhausted(SkipMeasured(strategy))
+        resumed = any(done.get(key, 0) for key in keys)
     names = [name for name, _, _ in todo]
     loggers = ms.logging.get_loggers_from_work_dir(str(work_dir / "ms_logs"), names)
     # Each task needs its own strategy state: cloning the context clones its strategy (as MetaSchedule does).
