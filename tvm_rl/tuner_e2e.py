@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -31,14 +32,13 @@ from .errors import TargetError, TvmRlError
 from .tune import bench_runs
 from .tune.cost_model import from_spec
 from .tune.tasks import check_local_device, tune_model
+from .tuner_e2e_table import BASELINE_ARM, DEFAULT, ORT, TORCH, format_table, plot, table_rows, variant_key
 
 MODELS = ["resnet18", "mobilenet_v2", "bert"]
 # arm -> (search strategy, whether it takes the pre-trained cost model of --cost-model)
 ARMS = {"ppo": ("ppo", False), "evolutionary": ("evolutionary", False),
         "evolutionary-pretrained": ("evolutionary", True), "ppo-pretrained-model": ("ppo", True)}
 TRIALS_PER_ITER = 8  # as `tvm-rl optimize` tunes
-DEFAULT, TORCH, ORT = "TVM default", "PyTorch", "ORT"
-BASELINE_ARM = "evolutionary"  # MetaSchedule's own search and cost model: what every other arm is held against
 
 
 def resolve_arms(wanted: list[str] | None, cost_model: str | None) -> list[str]:
@@ -54,11 +54,6 @@ def resolve_arms(wanted: list[str] | None, cost_model: str | None) -> list[str]:
         raise SystemExit(f"arm(s) {', '.join(needs)} use a pre-trained cost model: give --cost-model FILE "
                          "or --cost-model xgb-pretrained")
     return list(dict.fromkeys(wanted))
-
-
-def variant_key(arm: str, trials: int, seed: int) -> str:
-    """The JSON key of one tuned build."""
-    return f"{arm}/N{trials}/s{seed}"
 
 
 def run_dir(work_dir: Path, target_name: str, size: str, model: str, arm: str, trials: int, seed: int) -> Path:
@@ -86,53 +81,6 @@ def interleave(timers: dict[str, Callable[[], float | None]], passes: int) -> di
                 samples[key].append(float(ms))
     return {k: {"ms": statistics.median(v) if v else None, "passes_ms": [round(x, 4) for x in v]}
             for k, v in samples.items()}
-
-
-def ratio(num: float | None, den: float | None) -> float | None:
-    """num / den, or None when either is missing."""
-    return num / den if num and den else None
-
-
-def table_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """One model's rows: TVM default, each tuned variant, PyTorch, ORT, with speedups over TVM default, over
-    MetaSchedule's evolutionary search at the same N and seed (`vs_evolutionary`, the comparison the benchmark is
-    for), and the tuned build's speed relative to PyTorch and ORT (> 1: faster than they are)."""
-    timed = entry.get("timing", {}).get("variants", {})
-    base, ref_torch, ref_ort = (timed.get(k, {}).get("ms") for k in (DEFAULT, TORCH, ORT))
-    rows = []
-    for key in [DEFAULT, *entry.get("runs", {}), TORCH, ORT]:
-        run, t = entry.get("runs", {}).get(key, {}), timed.get(key, {})
-        ms = t.get("ms")
-        evo = (timed.get(variant_key(BASELINE_ARM, run["trials"], run["seed"]), {}).get("ms")
-               if run and run.get("arm") != BASELINE_ARM else None)
-        rows.append({"variant": run.get("label", key), "trials": run.get("trials"), "ms": ms,
-                     "speedup": ratio(base, ms), "vs_evolutionary": ratio(evo, ms), "tuning_s": run.get("tuning_s"),
-                     "measurements": run.get("measurements"), "correct": t.get("correct"),
-                     "vs_torch": ratio(ref_torch, ms) if key not in (TORCH, ORT) else None,
-                     "vs_ort": ratio(ref_ort, ms) if key not in (TORCH, ORT) else None})
-    return rows
-
-
-def format_table(name: str, entry: dict[str, Any], settings: dict[str, Any]) -> str:
-    """One model's table, with what it cost underneath."""
-    def f(v, spec=".2f", suffix=""):
-        return "-" if v is None else f"{v:{spec}}{suffix}"
-
-    head = (f"{'variant':<26}{'N':>4}{'latency ms':>12}{'vs default':>12}{'vs evo':>8}{'tuning s':>10}"
-            f"{'measured':>10}{'vs PyTorch':>12}{'vs ORT':>9}")
-    lines = [f"\n{name} ({settings['size']}, {settings['target_name']}): median ms over "
-             f"{entry.get('timing', {}).get('passes', '-')} interleaved passes; 'vs' columns are speedups "
-             "(> 1: this build is faster; 'vs evo': over evolutionary search at the same N and seed)",
-             head, "-" * len(head)]
-    for r in table_rows(entry):
-        flag = " WRONG OUTPUT" if r["correct"] is False else ""
-        lines.append(f"{r['variant']:<26}{f(r['trials'], 'd'):>4}{f(r['ms'], '.3f'):>12}"
-                     f"{f(r['speedup'], '.2f', 'x'):>12}{f(r['vs_evolutionary'], '.2f', 'x'):>8}"
-                     f"{f(r['tuning_s'], '.0f'):>10}{f(r['measurements'], 'd'):>10}"
-                     f"{f(r['vs_torch'], '.2f', 'x'):>12}{f(r['vs_ort'], '.2f', 'x'):>9}{flag}")
-    tuning = sum(r.get("tuning_s", 0.0) for r in entry.get("runs", {}).values())
-    lines.append(f"cost: tuning {tuning:.0f} s, timing {entry.get('timing', {}).get('seconds', 0.0):.0f} s")
-    return "\n".join(lines)
 
 
 def _tvm_variant(mod, target, inputs, reference, database, passes: int, budget_s: float) -> tuple[dict, Callable]:
@@ -175,41 +123,6 @@ def time_model(model: models.Model, target, databases: dict[str, Any], args, scr
     return {"variants": records, "passes": args.passes, "seconds": round(time.perf_counter() - start, 1)}
 
 
-def plot(state: dict[str, Any], path: Path) -> None:
-    """Bars: latency per variant (tuned runs as their median over seeds) per model, log scale."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    names = list(state["models"])
-    per_model: dict[str, dict[str, float]] = {}
-    for name in names:
-        entry = state["models"][name]
-        groups: dict[str, list[float]] = {}
-        for key, t in entry.get("timing", {}).get("variants", {}).items():
-            run = entry.get("runs", {}).get(key)
-            label = f"{run['arm']} N={run['trials']}" if run else key
-            if t.get("ms"):
-                groups.setdefault(label, []).append(t["ms"])
-        per_model[name] = {k: statistics.median(v) for k, v in groups.items()}
-    labels = list(dict.fromkeys(k for m in per_model.values() for k in m))
-    fig, ax = plt.subplots(figsize=(max(7, 0.25 * len(names) * len(labels) + 3), 4))
-    width = 0.8 / max(1, len(labels))
-    for i, label in enumerate(labels):
-        vals = [per_model[n].get(label, np.nan) for n in names]
-        ax.bar(np.arange(len(names)) + (i - (len(labels) - 1) / 2) * width, vals, width, label=label)
-    ax.set_yscale("log")
-    ax.set_xticks(np.arange(len(names)), names)
-    ax.set_ylabel("median latency (ms, log)")
-    ax.set_title(f"End to end, {state['settings']['target_name']} ({state['settings']['size']})")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def _parser(prog: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a JSON target")
@@ -227,6 +140,10 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--budget-s", type=float, default=20.0, help="seconds of TVM timing per variant, all passes")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for PyTorch and ORT")
     p.add_argument("--retime", action="store_true", help="time again even when nothing new was tuned")
+    p.add_argument("--discard", nargs="+", default=[], metavar="KEY",
+                   help="runs of --models to throw away before tuning, by key (e.g. evolutionary/N64/s0): "
+                        "dropped from the JSON and the archive, their folder kept aside as <folder>.discarded-<time>; "
+                        "those this invocation selects are tuned again from the start")
     p.add_argument("--load-wait", type=float, default=600.0, help="seconds to wait, before each tuning run with "
                    "kernels left to tune and before the timing, for other processes to leave the cores (default 600; "
                    "the load seen is recorded)")
@@ -269,35 +186,77 @@ def run_label(arm: str, seed: int, seeds: int) -> str:
 
 
 def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, seed: int, args,
-             previous: dict[str, Any] | None,
-             after_batch: Callable[[], object] | None = None) -> tuple[Any, dict[str, Any], bool]:
+             previous: dict[str, Any] | None, after_batch: Callable[[], object] | None = None,
+             on_interrupt: Callable[[dict[str, Any]], None] | None = None) -> tuple[Any, dict[str, Any], bool]:
     """Tune one (model, arm, N, seed) into `folder`, resuming; returns its database, its JSON entry (sittings
     added up, and the load seen when it waited for quiet cores before tuning) and whether anything was tuned now.
     A run whose kernels are all tuned already neither waits nor tunes. `after_batch` is called after every
-    measured batch (the benchmark archives the batch's records there)."""
+    measured batch (the benchmark archives the batch's records there). When Ctrl-C stops the run part-way,
+    `on_interrupt` gets the entry with this sitting's seconds added before the interrupt is raised on."""
     load: dict[str, Any] = {}
+    started: list[float] = []
 
     def wait_for_quiet_cores() -> None:  # shared cores skew measurements
         load.update(bench_runs.wait_for_cores(args.load_wait, args.max_load))
+        started.append(time.perf_counter())
 
     strategy, pretrained = ARMS[arm]
     # The plain arms tune with MetaSchedule's own XGBModel, whatever model tvm-rl ships, so that the pre-trained
     # arms (what `tvm-rl optimize` runs by default where a model is shipped) are compared with it.
     cost_model = from_spec(args.cost_model, seed, target.kind.name) if pretrained else "xgb"
-    database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials, trials_per_iter=TRIALS_PER_ITER,
-                                  strategy=strategy, seed=seed, op_filter=args.op_filter, cost_model=cost_model,
-                                  before_tuning=wait_for_quiet_cores, after_batch=after_batch)
     entry = dict(previous or {"arm": arm, "trials": trials, "seed": seed, "work_dir": str(folder), "tuning_s": 0.0,
                               "sittings": 0, "failures": 0})
     entry["label"] = run_label(arm, seed, args.seeds)
-    entry.update(kernels=report.tasks, tuned_kernels=len(report.tuned) + len(report.skipped),
-                 measurements=TuningDatabase(folder).record_count())
+
+    def add_sitting(seconds: float) -> None:
+        entry.update(load=load, tuning_s=round(entry["tuning_s"] + seconds, 1), sittings=entry["sittings"] + 1,
+                     measurements=TuningDatabase(folder).record_count())
+
+    try:
+        database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials,
+                                      trials_per_iter=TRIALS_PER_ITER, strategy=strategy, seed=seed,
+                                      op_filter=args.op_filter, cost_model=cost_model,
+                                      before_tuning=wait_for_quiet_cores, after_batch=after_batch)
+    except KeyboardInterrupt:
+        # A sitting cut short still spent its seconds: without them a run that took several sittings would look
+        # cheaper than it was.
+        if started and on_interrupt is not None:
+            add_sitting(time.perf_counter() - started[0])
+            entry["interrupted"] = True
+            on_interrupt(entry)
+        raise
+    entry.pop("interrupted", None)
+    entry.update(kernels=report.tasks, tuned_kernels=len(report.tuned) + len(report.skipped))
     if report.tuned:
-        entry["load"] = load
-        entry["tuning_s"] = round(entry["tuning_s"] + report.seconds, 1)
-        entry["sittings"] += 1
+        add_sitting(report.seconds)
         entry["failures"] += sum(report.failures.values())
+    entry["measurements"] = TuningDatabase(folder).record_count()
     return database, entry, bool(report.tuned)
+
+
+def parse_key(key: str) -> tuple[str, int, int]:
+    """A run's key (`variant_key`) as (arm, trials, seed); SystemExit naming a malformed key or an unknown arm."""
+    match = re.fullmatch(r"(.+)/N(\d+)/s(\d+)", key)
+    if not match or match.group(1) not in ARMS:
+        raise SystemExit(f"--discard {key}: not a run key; a key is ARM/N<trials>/s<seed>, e.g. "
+                         f"{variant_key(BASELINE_ARM, 64, 0)}, with ARM one of {', '.join(ARMS)}")
+    return match.group(1), int(match.group(2)), int(match.group(3))
+
+
+def discard_runs(state: dict[str, Any], archive: Path, names: list[str], keys: list[str], work_dir: Path,
+                 target_name: str, size: str) -> None:
+    """Throw away runs `keys` of models `names`: out of the JSON (their timing too) and the archive, their folders
+    moved aside, so that they are tuned again from the start (`e2e_archive.discard`)."""
+    parsed = {key: parse_key(key) for key in keys}
+    for name in names:
+        entry = state["models"].get(name, {})
+        for key, (arm, trials, seed) in parsed.items():
+            run = entry.get("runs", {}).pop(key, None)
+            entry.get("timing", {}).get("variants", {}).pop(key, None)
+            folder = Path(run["work_dir"]) if run else run_dir(work_dir, target_name, size, name, arm, trials, seed)
+            aside = e2e_archive.discard(archive, name, key, folder)
+            print(f"[{name}] {key}: discarded" + (f"; its records moved to {aside}" if aside else "")
+                  + ("" if run or aside else " (nothing was recorded for it)"), flush=True)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -323,6 +282,20 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                 "command": " ".join([prog or "tuner_e2e", *(argv if argv is not None else sys.argv[1:])])}
     state = load_state(out, settings)
     archive = e2e_archive.archive_path(out)
+    if args.discard:
+        discard_runs(state, archive, args.models, args.discard, Path(args.work_dir), name_of_target, args.size)
+        _save(out, state)
+    try:
+        return _tune_and_time(args, arms, target, out, state, archive, scratch, settings)
+    except KeyboardInterrupt as err:  # every measured record is archived and the JSON holds the sitting's seconds
+        print(f"\ntuner_e2e: {str(err) or 'interrupted'}\nThe same command resumes from what is archived in "
+              f"{archive}.", file=sys.stderr)
+        return 130
+
+
+def _tune_and_time(args, arms: list[str], target, out: Path, state: dict[str, Any], archive: Path, scratch: Path,
+                   settings: dict[str, Any]) -> int:
+    name_of_target = target.kind.name
     for name in args.models:
         model = models.load(name, args.size)
         entry = state["models"].setdefault(name, {"runs": {}})
@@ -349,8 +322,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
                             continue
                     print(f"[{name}] tuning {key} into {folder} ...", flush=True)
                     records = e2e_archive.RunRecords(archive, name, key, folder)
+
+                    def keep_sitting(run: dict[str, Any], key: str = key, runs: dict = entry["runs"]) -> None:
+                        runs[key] = run
+                        _save(out, state)
+
                     databases[key], entry["runs"][key], tuned = tune_run(model, target, folder, arm, trials, seed,
-                                                                         args, entry["runs"].get(key), records.flush)
+                                                                         args, entry["runs"].get(key), records.flush,
+                                                                         keep_sitting)
                     tuned_now |= tuned
                     records.flush()
                     e2e_archive.add(archive, name, key, folder)
@@ -380,4 +359,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 __all__ = ["ARMS", "MODELS", "default_out", "format_table", "interleave", "load_state", "main", "resolve_arms",
-           "run_dir", "table_rows", "tune_run", "variant_key"]
+           "discard_runs", "parse_key", "run_dir", "table_rows", "tune_run", "variant_key"]

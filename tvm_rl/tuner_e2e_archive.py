@@ -13,11 +13,13 @@ The same file also holds every record of every run, failed candidates included, 
 are measured (`RunRecords`), so that a run stopped part-way on a machine that is then lost (a session's end, a
 fresh clone) is restored in full (`restore_all`) and resumed where it stopped, not tuned again from the start nor
 taken as finished. Runs archived before that was kept have only their best records, and are built, never resumed.
+A run thrown away (`discard`) gets a mark, after which its earlier entries count for nothing.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,8 @@ def _read(path: Path) -> tuple[dict[str, str], dict[tuple[str, str], dict[str, A
     for entry in read_json_lines_gz(path):
         if "workloads" in entry:
             workloads[entry["sha"]] = entry["workloads"]
+        elif entry.get("discarded"):
+            runs.pop((entry["model"], entry["key"]), None)
         elif "start" not in entry:
             runs[(entry["model"], entry["key"])] = entry
     return workloads, runs
@@ -70,6 +74,8 @@ def _read_all(path: Path) -> tuple[dict[str, str], dict[tuple[str, str], dict[st
     for entry in read_json_lines_gz(path):
         if "workloads" in entry:
             workloads[entry["sha"]] = entry["workloads"]
+        elif entry.get("discarded"):
+            runs.pop((entry["model"], entry["key"]), None)
         elif "start" in entry:
             run = runs.setdefault((entry["model"], entry["key"]), {"records": []})
             if entry["start"] == 0:
@@ -99,6 +105,18 @@ class RunRecords:
         self.shas = set(workloads)
         self.count = len(held.get("records", []))
         self.exhausted = held.get("exhausted")
+        self._workloads: tuple[tuple[int, int], str, str] | None = None  # (mtime, size), text, sha
+
+    def _workloads_text(self) -> tuple[str, str]:
+        """The folder's workloads text and its sha, read and hashed again only when the file has changed (it runs
+        to megabytes for a whole model, and is flushed after every batch)."""
+        path = self.folder / WORKLOADS
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+        if self._workloads is None or self._workloads[0] != stamp:
+            text = path.read_text()
+            self._workloads = (stamp, text, hashlib.sha256(text.encode()).hexdigest())
+        return self._workloads[1], self._workloads[2]
 
     def flush(self) -> int:
         """Archive what the folder gained since the last flush; returns how many records were appended."""
@@ -109,8 +127,7 @@ class RunRecords:
         exhausted = TuningDatabase(self.folder).read_exhausted()
         if start == len(lines) and exhausted == self.exhausted:
             return 0
-        text = (self.folder / WORKLOADS).read_text()
-        sha = hashlib.sha256(text.encode()).hexdigest()
+        text, sha = self._workloads_text()
         entries: list[dict[str, Any]] = [] if sha in self.shas else [{"sha": sha, "workloads": text}]
         entries.append({"model": self.model, "key": self.key, "sha": sha, "start": start, "records": lines[start:],
                         "exhausted": exhausted})
@@ -136,6 +153,23 @@ def restore_all(path: Path, model: str, key: str, folder: Path) -> int:
     if run["exhausted"]:
         TuningDatabase(folder).write_exhausted(run["exhausted"])
     return len(run["records"])
+
+
+def discard(path: Path, model: str, key: str, folder: Path) -> Path | None:
+    """Throw run `key` of `model` away: a mark in the archive (after which neither its records nor its best ones
+    are restored), its folder moved aside to `<folder>.discarded-<UTC time>` (measurements are never deleted), and
+    a copy of its best records restored beside it removed. Returns where the folder went, None if it had none."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    append_json_lines_gz(path, [{"model": model, "key": key, "discarded": True, "date": stamp}])
+    folder = Path(folder)
+    best = folder.with_name(folder.name + "_best")
+    if (best / RECORDS).is_file():  # rebuilt from the archive whenever needed, so only a copy
+        (best / RECORDS).unlink()
+    if not folder.exists():
+        return None
+    aside = folder.with_name(f"{folder.name}.discarded-{stamp}")
+    folder.rename(aside)
+    return aside
 
 
 def add(path: Path, model: str, key: str, folder: Path) -> bool:
@@ -183,4 +217,4 @@ def database_for(path: Path, model: str, key: str, folder: Path) -> Path:
                      "restore the folder, or remove the run from the JSON to tune it again")
 
 
-__all__ = ["RunRecords", "add", "archive_path", "best_records", "database_for", "restore", "restore_all"]
+__all__ = ["RunRecords", "add", "archive_path", "best_records", "database_for", "discard", "restore", "restore_all"]

@@ -1,13 +1,17 @@
 """The end-to-end tuner benchmark (tvm_rl/tuner_e2e.py): its pure helpers, and one small run end to end."""
+import argparse
 import json
 import shutil
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tvm_rl import tuner_e2e as e2e
 from tvm_rl import tuner_e2e_archive as arch
-from tvm_rl.database import RECORDS, append_json_lines_gz, read_json_lines_gz
+from tvm_rl.database import RECORDS, WORKLOADS, append_json_lines_gz, read_json_lines_gz
+from tvm_rl.errors import TuningInterrupted
 
 
 def test_default_arms_add_the_pretrained_ones_only_with_a_cost_model():
@@ -99,6 +103,10 @@ def test_format_table_prints_every_variant_and_the_cost():
     bad = entry()
     bad["timing"]["variants"]["ppo/N32/s0"]["correct"] = False
     assert "WRONG OUTPUT" in e2e.format_table("bert", bad, {"size": "full", "target_name": "llvm"})
+    assert "PART-TUNED" not in text
+    cut = entry()
+    cut["runs"]["ppo/N32/s0"]["interrupted"] = True  # a sitting stopped part-way, timed by a later invocation
+    assert "PART-TUNED" in e2e.format_table("bert", cut, {"size": "full", "target_name": "llvm"})
 
 
 def test_load_state_refuses_to_mix_settings(tmp_path):
@@ -116,6 +124,84 @@ def test_bad_budgets_are_refused_before_any_work(tmp_path):
     with pytest.raises(SystemExit, match="at least 1"):
         e2e.main(["--trials", "0", "--out", str(tmp_path / "x.json"), "--work-dir", str(tmp_path)])
     assert not (tmp_path / "x.json").exists()
+
+
+def test_a_run_key_is_parsed_and_a_malformed_one_is_refused_naming_the_form():
+    assert e2e.parse_key("evolutionary-pretrained/N64/s2") == ("evolutionary-pretrained", 64, 2)
+    for bad in ("evolutionary/64/s0", "bogus/N64/s0", "evolutionary/N64"):
+        with pytest.raises(SystemExit, match=f"--discard {bad}: not a run key.*ARM/N<trials>/s<seed>"):
+            e2e.parse_key(bad)
+
+
+def fake_run(folder, n):
+    folder.mkdir(parents=True)
+    (folder / WORKLOADS).write_text('["w0"]\n')
+    (folder / RECORDS).write_text("".join(json.dumps([0, [f"t{i}", [1.0 + i]]]) + "\n" for i in range(n)))
+    return folder
+
+
+def test_a_discarded_run_leaves_the_json_and_the_archive_and_its_folder_is_kept_aside(tmp_path, capsys):
+    archive, work = tmp_path / "e2e_best.jsonl.gz", tmp_path / "work"
+    folder = fake_run(e2e.run_dir(work, "llvm", "full", "bert", "evolutionary", 64, 0), 3)
+    arch.RunRecords(archive, "bert", "evolutionary/N64/s0", folder).flush()
+    arch.add(archive, "bert", "evolutionary/N64/s0", folder)
+    run = {"arm": "evolutionary", "trials": 64, "seed": 0, "work_dir": str(folder)}
+    state = {"models": {"bert": {"runs": {"evolutionary/N64/s0": run, "ppo/N64/s0": {}},
+                                 "timing": {"variants": {"evolutionary/N64/s0": {}, "ppo/N64/s0": {}}}}}}
+    e2e.discard_runs(state, archive, ["bert", "vit"], ["evolutionary/N64/s0"], work, "llvm", "full")
+    assert set(state["models"]["bert"]["runs"]) == {"ppo/N64/s0"}
+    assert set(state["models"]["bert"]["timing"]["variants"]) == {"ppo/N64/s0"}
+    assert not folder.exists()
+    aside = list(folder.parent.glob("evolutionary_n64_s0.discarded-*"))
+    assert len(aside) == 1 and len((aside[0] / RECORDS).read_text().splitlines()) == 3  # measurements never deleted
+    # Neither every record nor the best ones come back: a rerun tunes it from the start.
+    assert arch.restore_all(archive, "bert", "evolutionary/N64/s0", folder) == 0
+    assert not arch.restore(archive, "bert", "evolutionary/N64/s0", tmp_path / "best")
+    assert arch.RunRecords(archive, "bert", "evolutionary/N64/s0", folder).count == 0
+    out = capsys.readouterr().out
+    assert "[bert] evolutionary/N64/s0: discarded; its records moved to" in out
+    assert "[vit] evolutionary/N64/s0: discarded (nothing was recorded for it)" in out
+    # Tuned again after that, the new run's records are archived and restored as any run's.
+    fake_run(folder, 1)
+    arch.RunRecords(archive, "bert", "evolutionary/N64/s0", folder).flush()
+    assert arch.restore_all(archive, "bert", "evolutionary/N64/s0", tmp_path / "again") == 1
+
+
+def interrupted_tuning(folder, seconds=0.05):
+    """A tune_model that waits for quiet cores, measures for `seconds`, and is then stopped by Ctrl-C."""
+    def tune_model(mod, target, work_dir, *, before_tuning, **kwargs):
+        before_tuning()
+        time.sleep(seconds)
+        raise TuningInterrupted(f"interrupted; rerun to resume from {work_dir}")
+    return tune_model
+
+
+def test_a_sitting_stopped_by_ctrl_c_still_adds_its_seconds_and_the_run_is_marked_part_tuned(tmp_path, monkeypatch):
+    folder = fake_run(tmp_path / "run", 2)
+    monkeypatch.setattr(e2e, "tune_model", interrupted_tuning(folder))
+    monkeypatch.setattr(e2e.bench_runs, "wait_for_cores", lambda wait, threshold: time.sleep(0.2) or {"busy": False})
+    args = argparse.Namespace(load_wait=1.0, max_load=None, seeds=1, cost_model=None, op_filter=None)
+    kept = []
+    previous = {"arm": "evolutionary", "trials": 64, "seed": 0, "work_dir": str(folder), "tuning_s": 10.0,
+                "sittings": 1, "failures": 0}
+    with pytest.raises(TuningInterrupted):
+        e2e.tune_run(SimpleNamespace(mod=None), None, folder, "evolutionary", 64, 0, args, previous, None, kept.append)
+    (run,) = kept
+    # Its measuring seconds count, the wait for quiet cores does not.
+    assert 10.04 <= run["tuning_s"] < 10.19 and run["sittings"] == 2
+    assert run["interrupted"] is True and run["measurements"] == 2 and run["load"] == {"busy": False}
+    assert previous["tuning_s"] == 10.0  # the caller's entry is not changed behind its back
+
+
+def test_ctrl_c_ends_the_benchmark_with_one_line_saying_how_to_resume(tmp_path, monkeypatch, capsys):
+    def stopped(*args):
+        raise TuningInterrupted("interrupted; 12 records measured")
+    monkeypatch.setattr(e2e, "_tune_and_time", stopped)
+    out = tmp_path / "e2e.json"
+    assert e2e.main(["--out", str(out), "--work-dir", str(tmp_path / "w")]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "interrupted; 12 records measured" in err
+    assert f"The same command resumes from what is archived in {arch.archive_path(out)}" in err
 
 
 @pytest.mark.slow
@@ -195,3 +281,12 @@ def test_end_to_end_tiny_resnet18_and_a_rerun_that_tunes_nothing(tmp_path, capsy
     resumed = json.loads(out.read_text())["models"]["resnet18"]["runs"][key]
     assert resumed["measurements"] == 4 and resumed["tuned_kernels"] == 2
     assert json.loads(out.read_text())["models"]["resnet18"]["timing"]["variants"][key]["correct"] is True
+
+    # Thrown away and asked for again: tuned from the start, its old records kept aside, its old seconds gone.
+    assert e2e.main([*argv[:argv.index("--arms")], "--arms", "ppo", *argv[argv.index("--op-filter"):],
+                     "--discard", key]) == 0
+    fifth = capsys.readouterr().out
+    assert f"{key}: discarded; its records moved to" in fifth and fifth.count("trials, best") == 2
+    retuned = json.loads(out.read_text())["models"]["resnet18"]["runs"][key]
+    assert retuned["sittings"] == 1 and retuned["measurements"] == 4
+    assert len(list(folder.parent.glob(folder.name + ".discarded-*"))) == 1

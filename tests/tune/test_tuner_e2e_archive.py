@@ -98,3 +98,17 @@ def test_a_folder_tuned_afresh_starts_the_runs_archive_over(tmp_path):
     assert arch.RunRecords(path, "bert", "k", folder).flush() == 1
     assert arch.restore_all(path, "bert", "k", tmp_path / "r") == 1
     assert json.loads((tmp_path / "r" / RECORDS).read_text())[1][1] == [5.0]
+
+
+def test_a_workloads_file_that_grows_between_batches_is_archived_anew(tmp_path):
+    path = tmp_path / "e2e_best.jsonl.gz"
+    folder = fake_db(tmp_path / "run", [(0, [2.0])], workloads='["w0"]\n')
+    records = arch.RunRecords(path, "bert", "k", folder)
+    assert records.flush() == 1
+    with open(folder / WORKLOADS, "a") as f:  # the next kernel's workload, committed before its first batch
+        f.write('["w1"]\n')
+    with open(folder / RECORDS, "a") as f:
+        f.write(json.dumps([1, ["t1", [4.0]]]) + "\n")
+    assert records.flush() == 1
+    assert arch.restore_all(path, "bert", "k", tmp_path / "r") == 2
+    assert (tmp_path / "r" / WORKLOADS).read_text() == '["w0"]\n["w1"]\n'
