@@ -11,15 +11,37 @@ from tvm.s_tir import meta_schedule as ms
 from tvm_rl.tune.search_strategy.skip_measured import SkipMeasured, trace_key
 
 
-def candidate(mod: tvm.IRModule, inner: int) -> ms.MeasureCandidate:
-    """A schedule of `mod` with a tile decision and a boolean annotation (as MetaSchedule's layout-rewrite
-    postprocessor writes one): JSON has no booleans, so the database gives the annotation back as 1."""
+def candidate(mod: tvm.IRModule, inner: int, inner_j: int | None = None) -> ms.MeasureCandidate:
+    """A schedule of `mod` with a tile decision (two, with `inner_j`) and a boolean annotation (as MetaSchedule's
+    layout-rewrite postprocessor writes one): JSON has no booleans, so the database gives the annotation back as 1."""
     sch = Schedule(mod)
     block = sch.get_sblock("C")
-    i, _, _ = sch.get_loops(block)
+    i, j, _ = sch.get_loops(block)
     sch.split(i, sch.sample_perfect_tile(i, n=2, decision=[16 // inner, inner]))
+    if inner_j is not None:
+        sch.split(j, sch.sample_perfect_tile(j, n=2, decision=[16 // inner_j, inner_j]))
     sch.annotate(block, "meta_schedule.layout_rewrite_preproc", True)
     return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
+
+
+class ProposesInTurn:
+    """An inner strategy that proposes the next batch of `batches` each round (as evolutionary search does, it
+    never proposes the same schedule twice), then nothing."""
+
+    def __init__(self, batches):
+        self.batches = iter(batches)
+
+    def _initialize_with_tune_context(self, context):
+        pass
+
+    def pre_tuning(self, *args):
+        pass
+
+    def generate_measure_candidates(self):
+        return list(next(self.batches, []))
+
+    def notify_runner_results(self, *args):
+        pass
 
 
 class Proposes:
@@ -64,3 +86,40 @@ def test_a_recorded_schedule_read_back_from_disk_is_not_measured_again(tmp_path)
     assert skip.skipped[0] >= 1
     # Proposed again in the same run: dropped too, and an inner strategy with nothing new ends the batch empty.
     assert skip.generate_measure_candidates() == []
+
+
+def test_a_resumed_task_whose_search_proposes_its_records_first_still_gets_a_full_batch(tmp_path):
+    # A resumed task: five records in the database that the new search state has never proposed, and rates highest.
+    mod, target = matmul(16), tvm.target.Target("llvm")
+    recorded = [candidate(mod, 1, j) for j in (1, 2, 4, 8, 16)]
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    workload = db.commit_workload(mod)
+    for c in recorded:
+        db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, workload, [1e-3], target, c.args_info))
+    fresh = [candidate(mod, 2, j) for j in (1, 2, 4)]
+    inner = ProposesInTurn([recorded[:2], recorded[2:4], [recorded[4], fresh[0]], fresh[1:]])
+    skip = SkipMeasured(inner)._inst
+    skip._initialize_with_tune_context(SimpleNamespace(mod=mod))
+    skip.pre_tuning(64, 2, [], ms.database.JSONDatabase(work_dir=str(tmp_path)), None)
+    # Three tries would end at one candidate, and StopWhenExhausted would end the task as if its space ran out.
+    out = skip.generate_measure_candidates()
+    assert [trace_key(c.sch.trace) for c in out] == [trace_key(c.sch.trace) for c in fresh[:2]]
+    assert skip.skipped[0] == 5
+
+
+def test_tries_that_drop_only_schedules_of_this_run_stay_bounded():
+    mod = matmul(16)
+    again = candidate(mod, 4)
+    calls = []
+
+    class Repeats(Proposes):
+        def generate_measure_candidates(self):
+            calls.append(1)
+            return [again]
+
+    skip = SkipMeasured(Repeats([]))._inst
+    skip._initialize_with_tune_context(SimpleNamespace(mod=mod))
+    skip.pre_tuning(64, 2, [], None, None)
+    assert len(skip.generate_measure_candidates()) == 1
+    calls.clear()
+    assert skip.generate_measure_candidates() == [] and len(calls) == 3  # nothing new: `tries` calls, then short

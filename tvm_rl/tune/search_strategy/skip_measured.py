@@ -23,7 +23,13 @@ class SkipMeasured(PySearchStrategy):
     to fill the batch. MetaSchedule's EvolutionarySearch seeds its population with the database's best records
     but does not count them as measured (a TODO in TVM), and ReplayTrace draws with replacement, so either may
     propose a schedule of the shared first batch again; such a trial would be spent for nothing. (In a check on
-    one task, three seeds' first evolutionary batches held none: the count is kept in `skipped`.)"""
+    one task, three seeds' first evolutionary batches held none: the count is kept in `skipped`.)
+
+    A try that drops a database record not dropped before does not count against `tries`. A resumed task's
+    database holds tens of records its new search state has never proposed, and a search whose model rates them
+    highest (as one trained on them does) proposes them first: with a fixed number of tries the batch came back
+    short, and `StopWhenExhausted` ended the task as if its space had run out (ResNet-18, 64 trials per kernel:
+    8 kernels ended at 48 to 61 records). Each record can be drained once, so the tries stay bounded."""
 
     def __init__(self, inner: ms.SearchStrategy, tries: int = 3, skipped: list[int] | None = None) -> None:
         self.inner, self.tries = inner, tries
@@ -40,6 +46,7 @@ class SkipMeasured(PySearchStrategy):
         # schedule gave when the schedule has a boolean annotation (layout_rewrite_preproc=True comes back as the
         # integer 1), so for such schedules the module hashes of the database's records missed the candidates'.
         self.seen_traces: set[int] = set()
+        self.recorded: set[int] = set()  # trace keys of the database's records not yet dropped
         # Only this task's records: a model's database holds every kernel's, and replaying them all per task
         # would cost seconds to minutes.
         mod = getattr(getattr(self, "context", None), "mod", None)
@@ -47,6 +54,7 @@ class SkipMeasured(PySearchStrategy):
             for record in database.get_top_k(database.commit_workload(mod), 1 << 30):
                 self.seen.add(_schedule_hash(record.workload.mod, record.trace))
                 self.seen_traces.add(trace_key(record.trace))
+                self.recorded.add(trace_key(record.trace))
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
@@ -56,15 +64,20 @@ class SkipMeasured(PySearchStrategy):
         want = min(self.per_iter, self.max_trials - self.done)
         out: list = []
         batch = None
-        for _ in range(self.tries):
+        tries = self.tries
+        while tries > 0:
+            tries -= 1
             batch = self.inner.generate_measure_candidates()
             if batch is None:
                 break
-            dropped = 0
+            dropped, drained = 0, False
             for candidate in batch:
                 key, tkey = int(tvm_ffi.structural_hash(candidate.sch.mod)), trace_key(candidate.sch.trace)
                 if key in self.seen or tkey in self.seen_traces:
                     dropped += 1
+                    if tkey in self.recorded:
+                        self.recorded.discard(tkey)
+                        drained = True
                     continue
                 self.seen.add(key)
                 self.seen_traces.add(tkey)
@@ -72,6 +85,7 @@ class SkipMeasured(PySearchStrategy):
             self.skipped[0] += dropped
             if len(out) >= want or not dropped:
                 break
+            tries += drained
         if not out and batch is None:
             return None
         return out[:want]
