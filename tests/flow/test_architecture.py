@@ -18,8 +18,8 @@ LAYERS = {
     "rl": {"rl"},
     "graph": {"graph"},
     "tune": {"tune"},
-    "top": {"flow", "flow_command", "tuned_cost", "bench", "tuner_e2e", "tuner_e2e_archive", "report", "cli", "demo",
-            "dynamo", "__init__"},
+    "top": {"flow", "flow_command", "tuned_cost", "bench", "tuner_e2e", "tuner_e2e_table", "tuner_e2e_archive",
+            "report", "cli", "demo", "dynamo", "__init__"},
 }
 ALLOWED = {
     "base": {"base"},
