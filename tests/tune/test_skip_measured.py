@@ -24,26 +24,6 @@ def candidate(mod: tvm.IRModule, inner: int, inner_j: int | None = None) -> ms.M
     return ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
 
 
-class ProposesInTurn:
-    """An inner strategy that proposes the next batch of `batches` each round (as evolutionary search does, it
-    never proposes the same schedule twice), then nothing."""
-
-    def __init__(self, batches):
-        self.batches = iter(batches)
-
-    def _initialize_with_tune_context(self, context):
-        pass
-
-    def pre_tuning(self, *args):
-        pass
-
-    def generate_measure_candidates(self):
-        return list(next(self.batches, []))
-
-    def notify_runner_results(self, *args):
-        pass
-
-
 class Proposes:
     """An inner strategy that proposes the same batch every round."""
 
@@ -61,6 +41,17 @@ class Proposes:
 
     def notify_runner_results(self, *args):
         pass
+
+
+class ProposesInTurn(Proposes):
+    """An inner strategy that proposes the next batch of `batches` each round (as evolutionary search does, it
+    never proposes the same schedule twice), then nothing."""
+
+    def __init__(self, batches):
+        self.batches = iter(batches)
+
+    def generate_measure_candidates(self):
+        return list(next(self.batches, []))
 
 
 def test_a_recorded_schedule_read_back_from_disk_is_not_measured_again(tmp_path):

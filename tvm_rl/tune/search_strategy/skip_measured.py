@@ -53,8 +53,8 @@ class SkipMeasured(PySearchStrategy):
         if database is not None and mod is not None and database.has_workload(mod):
             for record in database.get_top_k(database.commit_workload(mod), 1 << 30):
                 self.seen.add(_schedule_hash(record.workload.mod, record.trace))
-                self.seen_traces.add(trace_key(record.trace))
                 self.recorded.add(trace_key(record.trace))
+        self.seen_traces |= self.recorded
         self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
 
     def post_tuning(self) -> None:
