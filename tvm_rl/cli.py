@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import TvmRlError
+from .errors import TvmRlError, exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as err:  # TuningInterrupted says where the measurements are and how to resume
         print(f"\ntvm-rl: {str(err) or 'interrupted'}", file=sys.stderr)
-        return 130
+        return exit_code(err)
 
 
 def _run(command: str, rest: list[str]) -> int:

@@ -46,5 +46,12 @@ class FeatureMismatchError(CheckpointError):
 
 
 class TuningInterrupted(KeyboardInterrupt):
-    """Ctrl-C during tuning. A KeyboardInterrupt still (so callers that stop on Ctrl-C keep doing so), whose
-    message says where the completed measurements are and how to resume."""
+    """Ctrl-C (or SIGTERM) during tuning. A KeyboardInterrupt still (so callers that stop on Ctrl-C keep doing
+    so), whose message says where the completed measurements are and how to resume; `signum` is the signal."""
+
+    signum: int = 2  # SIGINT
+
+
+def exit_code(err: BaseException) -> int:
+    """The shell's exit status for a run stopped by `err`: 128 + the signal (130 for Ctrl-C, 143 for SIGTERM)."""
+    return 128 + getattr(err, "signum", 2)

@@ -1,4 +1,4 @@
-"""Ctrl-C during tuning or training, reported as one TuningInterrupted that says how to resume.
+"""Ctrl-C (or SIGTERM) during tuning or training, reported as one TuningInterrupted that says how to resume.
 
 MetaSchedule appends every measured record to the JSON database as soon as its batch is measured, so nothing
 completed is lost when a run stops; rerunning resumes from what the database holds. What needs help is the
@@ -15,6 +15,7 @@ measure callback of every batch, stops the run there at the latest.
 Worker processes (builders, runners) are left to die of the same Ctrl-C: the tuning process waits on them in
 Python, so it is interrupted before it could record a candidate whose worker died as failed; and a worker
 that ignored Ctrl-C would go on (importing, compiling) for up to a minute after the run ended.
+A SIGTERM sent to the tuning process alone leaves them to exit when their pipe closes, as after a SIGKILL.
 """
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ from contextlib import contextmanager
 
 from .errors import TuningInterrupted
 
-_pending: list[int] = []  # SIGINTs seen by the innermost `interruptible` block not yet turned into its error
+# SIGTERM is what `kill`, `timeout` and job schedulers send before SIGKILL: it stops a run as Ctrl-C does, so the
+# sitting's seconds and the resume hint are not lost with it.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_pending: list[int] = []  # stop signals seen by the innermost `interruptible` block not yet turned into its error
 _deferring = [0]  # depth of `deferred` blocks: a first Ctrl-C inside one is noted, and raised when it ends
 
 
@@ -36,30 +41,35 @@ def interrupt_pending() -> bool:
 
 @contextmanager
 def interruptible(message: Callable[[], str]) -> Iterator[None]:
-    """Within the block, Ctrl-C raises TuningInterrupted(message()) however TVM passed it on. A second Ctrl-C
-    is the default KeyboardInterrupt. If the block ends normally all the same (every trial was measured before
-    a swallowed interrupt surfaced), its work is complete and nothing is raised. Outside the main thread (where
-    signals cannot be handled) it does nothing."""
+    """Within the block, Ctrl-C or SIGTERM raises TuningInterrupted(message()) however TVM passed it on, with
+    `signum` the signal. A second Ctrl-C is the default KeyboardInterrupt, a second SIGTERM ends the process. If
+    the block ends normally all the same (every trial was measured before a swallowed interrupt surfaced), its work
+    is complete and nothing is raised. Outside the main thread (where signals cannot be handled) it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
         _pending.append(signum)
+        # A second Ctrl-C is the default KeyboardInterrupt, a second kill the default termination.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if not _deferring[0]:
             raise KeyboardInterrupt
 
     outer = list(_pending)
     _pending.clear()
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
     try:
         yield
     except BaseException as err:
         if _pending and not isinstance(err, TuningInterrupted):
-            raise TuningInterrupted(message()) from None
+            stopped = TuningInterrupted(message())
+            stopped.signum = _pending[0]
+            raise stopped from None
         raise
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         _pending[:] = outer
 
 

@@ -28,7 +28,7 @@ import torch
 from . import bench, measure, models
 from . import tuner_e2e_archive as e2e_archive
 from .database import RECORDS, TuningDatabase
-from .errors import TargetError, TvmRlError
+from .errors import TargetError, TvmRlError, exit_code
 from .tune import bench_runs
 from .tune.cost_model import from_spec
 from .tune.tasks import check_local_device, tune_model
@@ -191,7 +191,7 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
     """Tune one (model, arm, N, seed) into `folder`, resuming; returns its database, its JSON entry (sittings
     added up, and the load seen when it waited for quiet cores before tuning) and whether anything was tuned now.
     A run whose kernels are all tuned already neither waits nor tunes. `after_batch` is called after every
-    measured batch (the benchmark archives the batch's records there). When Ctrl-C stops the run part-way,
+    measured batch (the benchmark archives the batch's records there). When Ctrl-C or SIGTERM stops it part-way,
     `on_interrupt` gets the entry with this sitting's seconds added before the interrupt is raised on."""
     load: dict[str, Any] = {}
     started: list[float] = []
@@ -287,10 +287,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         _save(out, state)
     try:
         return _tune_and_time(args, arms, target, out, state, archive, scratch, settings)
-    except KeyboardInterrupt as err:  # every measured record is archived and the JSON holds the sitting's seconds
+    except KeyboardInterrupt as err:  # Ctrl-C or kill: the records are archived, the JSON holds the seconds
         print(f"\ntuner_e2e: {str(err) or 'interrupted'}\nThe same command resumes from what is archived in "
               f"{archive}.", file=sys.stderr)
-        return 130
+        return exit_code(err)
 
 
 def _tune_and_time(args, arms: list[str], target, out: Path, state: dict[str, Any], archive: Path, scratch: Path,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tvm_ffi
 
-from tvm_rl.errors import TuningInterrupted
+from tvm_rl.errors import TuningInterrupted, exit_code
 from tvm_rl.interrupt import interrupt_pending, interruptible
 from tvm_rl.tune.measure_callback import StopOnInterrupt
 
@@ -79,18 +79,22 @@ class Run:
         self.proc.communicate()
 
 
-def ctrl_c_once_a_batch_is_in(work: Path, strategy: str, timeout: float) -> list[str]:
-    """Ctrl-C (the terminal signals the whole process group) once a batch is in the database; the run must stop
-    with 130, say how to resume, leave no worker behind and keep its records, which are returned."""
+def ctrl_c_once_a_batch_is_in(work: Path, strategy: str, timeout: float, stop: int = signal.SIGINT) -> list[str]:
+    """Ctrl-C (the terminal signals the whole process group) once a batch is in the database, or with `stop`
+    SIGTERM to the tuning process alone (`kill PID`); the run must stop with 128 + the signal, say how to resume,
+    leave no worker behind and keep its records, which are returned."""
     run = Run(work, strategy)
     try:
         run.wait_for(work, more_than=0)
-        os.killpg(run.proc.pid, signal.SIGINT)
+        if stop == signal.SIGINT:
+            os.killpg(run.proc.pid, signal.SIGINT)
+        else:
+            run.proc.send_signal(stop)
         code, out, err = run.finish(timeout=timeout)
         lingering = run.wait_group_gone(timeout=15)
     finally:
         run.cleanup()
-    assert code == 130, (out, err[-3000:])
+    assert code == 128 + stop, (out, err[-3000:])
     assert not lingering, "worker processes outlived the interrupted run"
     assert "Traceback" not in err and "Run the same command again to resume" in err
     kept = records(work)
@@ -99,11 +103,13 @@ def ctrl_c_once_a_batch_is_in(work: Path, strategy: str, timeout: float) -> list
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_ppo_search_stops_cleanly(tmp_path):
-    """PPOSearch, an option beside the default, stops on Ctrl-C as the default does (below)."""
+def test_kill_during_ppo_search_stops_cleanly(tmp_path):
+    """PPOSearch, an option beside the default, stops as the default does on Ctrl-C (below), here on a plain
+    `kill` (SIGTERM to the tuning process alone, as `timeout` and job schedulers send): before SIGTERM was
+    handled, it ended the process with no hint, and a benchmark lost the stopped sitting's seconds."""
     if not TOPHUB.is_dir():
         pytest.skip(f"no TopHub logs at {TOPHUB}")
-    ctrl_c_once_a_batch_is_in(tmp_path / "db", "ppo", timeout=120)
+    ctrl_c_once_a_batch_is_in(tmp_path / "db", "ppo", timeout=120, stop=signal.SIGTERM)
 
 
 @pytest.mark.slow
@@ -168,3 +174,41 @@ def test_an_interrupt_a_callback_swallowed_still_stops_the_run_at_the_next_batch
             StopOnInterrupt().apply(None, 0, [], [], [])
     assert not interrupt_pending()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_sigterm_stops_a_block_as_ctrl_c_does_and_names_its_signal():
+    """`kill`, `timeout` and job schedulers send SIGTERM first: inside `interruptible` it becomes the same
+    TuningInterrupted (the resume hint, the sitting's seconds kept by callers) instead of ending the process."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(TuningInterrupted, match="the hint") as stopped:
+        with interruptible(lambda: "the hint"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises here
+    assert stopped.value.signum == signal.SIGTERM
+    assert exit_code(stopped.value) == 143 and exit_code(KeyboardInterrupt()) == 130
+    assert {s: signal.getsignal(s) for s in before} == before
+
+
+def test_a_killed_process_reports_the_hint_and_exits_143():
+    """The whole path in a process of its own: the hint on stderr, exit status 128 + SIGTERM."""
+    script = ("import sys, time\n"
+              "from tvm_rl.errors import exit_code\n"
+              "from tvm_rl.interrupt import interruptible\n"
+              "try:\n"
+              "    with interruptible(lambda: 'run it again to resume'):\n"
+              "        print('ready', flush=True)\n"
+              "        time.sleep(60)\n"
+              "except KeyboardInterrupt as err:\n"
+              "    print(err, file=sys.stderr)\n"
+              "    sys.exit(exit_code(err))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "run it again to resume" in err and "Traceback" not in err

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import CheckpointError, UnknownModelError
+from ..errors import CheckpointError, UnknownModelError, exit_code
 from ..interrupt import interrupt_pending
 from ..rl.ppo import Evaluate, PPOParams, gae
 from ..rl.ppo import ppo_loss as rl_ppo_loss
@@ -516,4 +516,4 @@ if __name__ == "__main__":
         main()
     except KeyboardInterrupt as err:
         print(f"\n{err}", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(exit_code(err))
