@@ -15,15 +15,13 @@ from tvm_rl.graph import testing as T
 from tvm_rl.graph.agent import DEFAULT_POLICY, GraphActorCritic, PolicyConfig, PolicyError
 from tvm_rl.graph.env import GraphRewriteEnv
 from tvm_rl.graph.fingerprint import same_graph
+from tvm_rl.graph.imitation import demonstrations, greedy_row, imitate
 from tvm_rl.graph.observation import Decision, decision_from_observation
 from tvm_rl.graph.rewrite_pass import RLRewritePass
 from tvm_rl.graph.train import (
     Batch,
     Episode,
     TrainConfig,
-    demonstrations,
-    greedy_row,
-    imitate,
     make_env,
     play,
     ppo_loss,
@@ -154,13 +152,13 @@ def test_a_training_checkpoint_is_loaded_without_running_its_code(tmp_path):
     """Resuming loads checkpoint.pt with weights_only: one holding objects (here a pickled TrainConfig, which
     unpickling would construct) is refused with a CheckpointError naming it, before any training."""
     from tvm_rl.errors import CheckpointError
-    from tvm_rl.graph.train import _plain_rows
+    from tvm_rl.graph.train_files import plain_rows
 
     torch.save({"config": TrainConfig(), "iteration": 1}, tmp_path / "checkpoint.pt")
     with pytest.raises(CheckpointError, match="checkpoint.pt cannot be loaded.*another --work-dir"):
         train(TrainConfig(models=("squeezenet1_1",), work_dir=str(tmp_path)), progress=False)
     # What train() writes instead: plain numbers in the history, which a weights_only load accepts.
-    rows = _plain_rows([{"iteration": 1, "loss": np.float64(0.5), "kl": torch.tensor(0.25)}])
+    rows = plain_rows([{"iteration": 1, "loss": np.float64(0.5), "kl": torch.tensor(0.25)}])
     torch.save({"history": rows}, tmp_path / "plain.pt")
     assert torch.load(tmp_path / "plain.pt", weights_only=True)["history"] == [{"iteration": 1, "loss": 0.5,
                                                                                  "kl": 0.25}]

@@ -13,7 +13,6 @@ per iteration: return, speedup, PPO's losses, entropy, approx_kl, clipfrac, expl
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib
 import sys
 import time
@@ -32,8 +31,10 @@ from ..rl.ppo import Evaluate, PPOParams, gae
 from ..rl.ppo import ppo_loss as rl_ppo_loss
 from ..rl.ppo import ppo_update as rl_ppo_update
 from .agent import GraphActorCritic, PolicyConfig
+from .imitation import demonstrations, imitate
 from .observation import Decision, FeatureSpec, decision_from_observation
 from .rules import all_rules, with_all_matches
+from .train_files import load_checkpoint, plain_rows, plot_training, write_csv
 
 
 @dataclass
@@ -164,50 +165,6 @@ def play(env, policy: GraphActorCritic, rng: np.random.Generator, model: str = "
     return ep
 
 
-def greedy_row(decision: Decision) -> int:
-    """The row greedy search would take: the cheapest candidate if it is cheaper than now, else stop (last)."""
-    cost = decision.globals[:, 0]
-    best = int(np.argmin(cost[:-1])) if len(decision) > 1 else len(decision) - 1
-    return best if len(decision) > 1 and cost[best] < cost[-1] else len(decision) - 1
-
-
-def demonstrations(env, rng: np.random.Generator, explore: float = 0.3) -> list[tuple[Decision, int]]:
-    """One episode of greedy search (a random step with probability `explore`, to reach varied states),
-    as (decision, greedy row) pairs."""
-    out = []
-    obs, _ = env.reset()
-    done = False
-    while not done:
-        decision = decision_from_observation(obs)
-        label = greedy_row(decision)
-        out.append((decision, label))
-        row = int(rng.integers(len(decision) - 1)) if len(decision) > 1 and rng.random() < explore else label
-        obs, _, terminated, truncated, _ = env.step(int(decision.actions[row]))
-        done = terminated or truncated
-    return out
-
-
-def imitate(policy: GraphActorCritic, pairs: Sequence[tuple[Decision, int]], config: TrainConfig,
-            rng: np.random.Generator) -> float:
-    """Behaviour cloning of greedy search (cross-entropy on its rows); returns the last epoch's mean loss.
-    A warm start we added to X-RLflow's recipe: PPO then starts from greedy instead of from uniform."""
-    optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
-    labels = torch.tensor([label for _, label in pairs])
-    losses: list[float] = []
-    for _ in range(config.imitation_epochs):
-        losses = []
-        order = rng.permutation(len(pairs))
-        for start in range(0, len(order), config.minibatch):
-            idx = order[start:start + config.minibatch].tolist()
-            logp, _, _, _ = policy.chosen_log_probs([pairs[i][0] for i in idx], labels[idx])
-            loss = -logp.mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-    return float(np.mean(losses)) if losses else 0.0
-
-
 # ---- worker processes: each keeps its own environments, receives the current weights, returns episodes
 
 _WORKER_ENVS: dict = {}
@@ -312,10 +269,6 @@ def ppo_update(policy: GraphActorCritic, optimizer: torch.optim.Optimizer, episo
                          batch.ret, ppo_params(config), rng, old_values=batch.values).as_dict()
 
 
-CSV_FIELDS = ("iteration", "episodes", "mean_return", "mean_speedup", "best_speedup", "policy_loss",
-              "value_loss", "entropy", "approx_kl", "clipfrac", "explained_variance", "seconds")
-
-
 def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
     """Train (or resume training) a policy as `config` says; returns it and leaves the files in work_dir."""
     torch.set_num_threads(config.torch_threads)
@@ -337,7 +290,7 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
     start, history, return_stats = 0, [], {}
     ckpt_path = work / "checkpoint.pt"
     if ckpt_path.exists():  # resume where a killed run stopped
-        ckpt = _load_checkpoint(ckpt_path)
+        ckpt = load_checkpoint(ckpt_path)
         saved = asdict(TrainConfig()) | ckpt["config"]  # settings added since that run take their defaults
         # How long to train and on how many processes may change; what is learned may not (an episode's seed,
         # not its process, decides what it plays).
@@ -405,10 +358,10 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
             tmp = ckpt_path.with_suffix(".tmp")
             torch.save({"config": asdict(config), "feature_spec": features.as_dict(),
                         "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
-                        "iteration": it + 1, "history": _plain_rows(history), "return_stats": return_stats},
+                        "iteration": it + 1, "history": plain_rows(history), "return_stats": return_stats},
                        tmp)
             tmp.replace(ckpt_path)
-            _write_csv(work / "train.csv", history)
+            write_csv(work / "train.csv", history)
             plot_training(history, work / "train.png")  # each iteration: a stopped run has its curve too
             if progress:
                 print(f"iter {it + 1}/{config.iterations}: return {row['mean_return']:+.2f}, speedup "
@@ -436,54 +389,6 @@ def stop_workers(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in processes:
         proc.terminate()
-
-
-def _load_checkpoint(path: Path) -> dict:
-    """The training checkpoint at `path`, loaded with weights_only (so loading never runs code from the file);
-    CheckpointError if it cannot be read that way."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 -- torch raises many kinds (UnpicklingError, EOFError, struct.error)
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise CheckpointError(f"training checkpoint {path} cannot be loaded ({type(err).__name__}: {first}); it is "
-                              "corrupt or was written by an older tvm-rl: use another --work-dir") from None
-
-
-def _plain_rows(history: list[dict]) -> list[dict]:
-    """`history` with numpy / torch scalars as Python numbers: a weights_only load accepts only plain values."""
-    return [{k: v.item() if isinstance(v, (np.generic, torch.Tensor)) else v for k, v in row.items()}
-            for row in history]
-
-
-def _write_csv(path: Path, history: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, CSV_FIELDS)
-        w.writeheader()
-        w.writerows(history)
-
-
-def plot_training(history: list[dict], path: Path) -> None:
-    """Mean episode return and speedup per iteration."""
-    if not history:
-        return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    it = [h["iteration"] for h in history]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
-    a.plot(it, [h["mean_return"] for h in history])
-    a.set_xlabel("iteration")
-    a.set_ylabel("mean episode return (% of RT0)")
-    b.plot(it, [h["mean_speedup"] for h in history], label="mean")
-    b.plot(it, [h["best_speedup"] for h in history], label="best")
-    b.set_xlabel("iteration")
-    b.set_ylabel("speedup (cost model)")
-    b.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> None:
