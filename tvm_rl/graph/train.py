@@ -27,12 +27,13 @@ import torch
 
 from ..errors import CheckpointError, UnknownModelError, exit_code
 from ..interrupt import interrupt_pending
-from ..rl.ppo import Evaluate, PPOParams, gae
+from ..rl.ppo import Evaluate, PPOParams, PPOStats, gae
 from ..rl.ppo import ppo_loss as rl_ppo_loss
 from ..rl.ppo import ppo_update as rl_ppo_update
 from .agent import GraphActorCritic, PolicyConfig
 from .imitation import demonstrations, imitate
 from .observation import Decision, FeatureSpec, decision_from_observation
+from .risk_seeking import risk_seeking_advantages
 from .rules import all_rules, with_all_matches
 from .train_files import load_checkpoint, plain_rows, plot_training, write_csv
 
@@ -70,6 +71,9 @@ class TrainConfig:
     # > 0: each model's rewards are scaled so that its episodes' running mean return is this. Models whose gains
     # differ by several times then weigh alike in the update, and the critic predicts returns of one scale.
     per_model_return: float = 0.0
+    # > 0: learn for the pass's objective, the best of a few episodes (risk_seeking): per model, only the episodes
+    # above the (1 - this) quantile of the iteration's speedups are learned from. 0: every episode, GAE advantages.
+    risk_epsilon: float = 0.0
     # A policy.pt to start from instead of random weights (fine-tuning; no imitation then). Its network sizes
     # must be hidden / gat_layers / heads; node features come from this run's pricing, as for a new policy.
     init_policy: str = ""
@@ -203,11 +207,15 @@ class Batch:
     values: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, episodes: Sequence[Episode], gamma: float, lam: float) -> "Batch":
+    def of(cls, episodes: Sequence[Episode], gamma: float, lam: float,
+           step_advantages: Sequence[np.ndarray] | None = None) -> "Batch":
+        """GAE advantages and returns, or `step_advantages` (one array per episode) in place of GAE's advantages;
+        the critic's targets are GAE's returns either way."""
         adv_ret = [advantages(ep, gamma, lam) for ep in episodes]
+        adv = step_advantages if step_advantages is not None else [a for a, _ in adv_ret]
         return cls([d for ep in episodes for d in ep.decisions], torch.tensor([r for ep in episodes for r in ep.rows]),
                    torch.tensor([p for ep in episodes for p in ep.logps]),
-                   torch.from_numpy(np.concatenate([a for a, _ in adv_ret])),
+                   torch.from_numpy(np.concatenate(adv)),
                    torch.from_numpy(np.concatenate([r for _, r in adv_ret])),
                    torch.tensor([v for ep in episodes for v in ep.values]))
 
@@ -249,7 +257,9 @@ def initial_weights(policy: GraphActorCritic, config: TrainConfig) -> None:
 
 def ppo_params(config: TrainConfig) -> PPOParams:
     """The shared PPO core's settings for graph training: minibatches of `config.minibatch` decisions."""
-    return PPOParams.from_config(config, split="size")
+    # Risk-seeking advantages are all positive and already scaled per model: centring them would push the policy
+    # away from the least of the episodes it is meant to move towards.
+    return PPOParams.from_config(config, split="size", normalize_advantages=config.risk_epsilon <= 0)
 
 
 def ppo_loss(policy: GraphActorCritic, batch: Batch, idx: torch.Tensor, config: TrainConfig
@@ -262,9 +272,17 @@ def ppo_loss(policy: GraphActorCritic, batch: Batch, idx: torch.Tensor, config: 
 
 def ppo_update(policy: GraphActorCritic, optimizer: torch.optim.Optimizer, episodes: Sequence[Episode],
                config: TrainConfig, rng: np.random.Generator) -> dict[str, float]:
-    """`epochs` passes of clipped PPO over all decisions of `episodes`; returns the update's diagnostics
-    (losses, entropy, approx_kl, clipfrac: means over its minibatches; explained_variance of the critic)."""
-    batch = Batch.of(episodes, config.gamma, config.gae_lambda)
+    """`epochs` passes of clipped PPO over all decisions of `episodes` (with `config.risk_epsilon`, of the best
+    of them); returns the update's diagnostics (losses, entropy, approx_kl, clipfrac: means over its minibatches;
+    explained_variance of the critic), all NaN when no episode was better than the others."""
+    step_advantages = None
+    if config.risk_epsilon > 0:
+        chosen = [(ep, adv) for ep, adv in zip(episodes, risk_seeking_advantages(episodes, config.risk_epsilon))
+                  if adv is not None]
+        if not chosen:
+            return PPOStats().as_dict()
+        episodes, step_advantages = [ep for ep, _ in chosen], [adv for _, adv in chosen]
+    batch = Batch.of(episodes, config.gamma, config.gae_lambda, step_advantages)
     return rl_ppo_update(batch.evaluator(policy), policy.parameters(), optimizer, batch.old_logp, batch.adv,
                          batch.ret, ppo_params(config), rng, old_values=batch.values).as_dict()
 
@@ -278,6 +296,8 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
 
     if config.reward not in REWARDS:
         raise ValueError(f"--reward must be one of {', '.join(REWARDS)}, got {config.reward!r}")
+    if not 0.0 <= config.risk_epsilon <= 1.0:
+        raise ValueError(f"--risk-epsilon must be in [0, 1] (0: learn from every episode), got {config.risk_epsilon}")
     unknown = [m for m in config.models if m not in models.names()]
     if unknown:
         raise UnknownModelError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(models.names())} "

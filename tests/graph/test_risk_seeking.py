@@ -1,0 +1,98 @@
+"""Training for the pass's objective, the best of a few episodes (`TrainConfig.risk_epsilon`, graph.risk_seeking)."""
+import math
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from tvm_rl.graph import testing as T
+from tvm_rl.graph.agent import GraphActorCritic, PolicyConfig
+from tvm_rl.graph.env import GraphRewriteEnv
+from tvm_rl.graph.risk_seeking import risk_seeking_advantages
+from tvm_rl.graph.train import TrainConfig, play, ppo_update, train
+
+
+def fake(model: str, speedup: float, steps: int = 2) -> SimpleNamespace:
+    return SimpleNamespace(model=model, speedup=speedup, rewards=[0.0] * steps)
+
+
+def test_only_the_episodes_above_their_models_quantile_are_learned_from():
+    eps = [fake("a", 1.0), fake("a", 1.1), fake("b", 2.0, 3), fake("a", 1.2, 4), fake("a", 1.5), fake("b", 2.0),
+           fake("b", 3.0, 5), fake("c", 1.3), fake("c", 1.3)]
+    adv = risk_seeking_advantages(eps, 0.5)
+    kept = [i for i, a in enumerate(adv) if a is not None]
+    # The quantile is each model's own: b's 2.0 would be kept among a's episodes, a's 1.5 is never compared with b.
+    assert kept == [3, 4, 6]
+    # One advantage per step, the same on every step of an episode.
+    assert [len(adv[i]) for i in kept] == [4, 2, 5]
+    assert all(np.all(adv[i] == adv[i][0]) for i in kept)
+    # The gain over the quantile in log speedup, each model's kept episodes scaled to mean 1.
+    q = np.quantile(np.log([1.0, 1.1, 1.2, 1.5]), 0.5)
+    assert adv[3][0] / adv[4][0] == pytest.approx((math.log(1.2) - q) / (math.log(1.5) - q))
+    assert (adv[3][0] + adv[4][0]) / 2 == pytest.approx(1.0)
+    assert adv[6][0] == pytest.approx(1.0)
+    # A model whose episodes all reached the same graph has nothing to move towards.
+    assert adv[7] is None and adv[8] is None
+
+
+def test_epsilon_one_keeps_every_episode_but_the_worst():
+    adv = risk_seeking_advantages([fake("a", s) for s in (1.0, 1.2, 1.4)], 1.0)
+    assert adv[0] is None and adv[1] is not None and adv[2] is not None
+
+
+@pytest.mark.parametrize("epsilon", [0.0, -0.1, 1.5])
+def test_an_epsilon_outside_the_unit_interval_is_refused(epsilon):
+    with pytest.raises(ValueError, match="--risk-epsilon"):
+        risk_seeking_advantages([fake("a", 1.0)], epsilon)
+
+
+def _played(n: int = 4):
+    torch.manual_seed(0)
+    policy = GraphActorCritic(PolicyConfig(hidden=32, gat_layers=2, heads=4)).eval()
+    env = GraphRewriteEnv(T.merge_matmul_graph(), cap=16, horizon=3)
+    rng = np.random.default_rng(0)
+    return policy, [play(env, policy, rng) for _ in range(n)]
+
+
+def _episode_logp(policy: GraphActorCritic, ep) -> float:
+    with torch.no_grad():
+        logp, _, _, _ = policy.chosen_log_probs(ep.decisions, torch.tensor(ep.rows))
+    return float(logp.sum())
+
+
+def test_the_update_moves_the_policy_towards_every_kept_episode_and_no_other():
+    policy, episodes = _played()
+    for ep, speedup in zip(episodes, (1.0, 1.05, 1.3, 1.6)):
+        ep.speedup = speedup
+    config = TrainConfig(epochs=4, minibatch=64, learning_rate=1e-3, risk_epsilon=0.5, entropy_coef=0.0)
+    before = [_episode_logp(policy, ep) for ep in episodes]
+    stats = ppo_update(policy.train(), torch.optim.Adam(policy.parameters(), lr=1e-3), episodes, config,
+                       np.random.default_rng(0))
+    after = [_episode_logp(policy.eval(), ep) for ep in episodes]
+    assert math.isfinite(stats["policy_loss"])
+    # Both kept episodes (1.3 and 1.6) become likelier, the weaker one too: advantages centred per minibatch
+    # (PPO's usual normalisation) would have pushed the policy away from it.
+    assert after[2] > before[2] and after[3] > before[3]
+
+
+def test_no_update_when_no_episode_is_better_than_the_others():
+    policy, episodes = _played(3)
+    for ep in episodes:
+        ep.speedup = 1.25
+    weights = {k: v.clone() for k, v in policy.state_dict().items()}
+    stats = ppo_update(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), episodes,
+                       TrainConfig(risk_epsilon=0.25), np.random.default_rng(0))
+    assert all(math.isnan(v) for v in stats.values())
+    assert all(torch.equal(policy.state_dict()[k], v) for k, v in weights.items())
+
+
+def test_training_with_risk_epsilon_runs_and_refuses_a_bad_value(tmp_path):
+    config = TrainConfig(models=("squeezenet1_1",), iterations=1, episodes_per_iteration=4, horizon=3, cap=8,
+                         hidden=16, gat_layers=1, imitation_episodes=0, risk_epsilon=0.5, work_dir=str(tmp_path))
+    train(config, progress=False)
+    ckpt = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert ckpt["iteration"] == 1 and ckpt["config"]["risk_epsilon"] == 0.5
+    with pytest.raises(ValueError, match="--risk-epsilon must be in"):
+        train(replace(config, risk_epsilon=2.0, work_dir=str(tmp_path / "other")), progress=False)
