@@ -11,7 +11,7 @@ from tvm_rl.graph import testing as T
 from tvm_rl.graph.agent import GraphActorCritic, PolicyConfig
 from tvm_rl.graph.env import GraphRewriteEnv
 from tvm_rl.graph.risk_seeking import risk_seeking_advantages
-from tvm_rl.graph.train import TrainConfig, play, ppo_update, train
+from tvm_rl.graph.train import TrainConfig, play, ppo_params, ppo_update, train
 
 
 def fake(model: str, speedup: float, steps: int = 2) -> SimpleNamespace:
@@ -62,19 +62,36 @@ def _episode_logp(policy: GraphActorCritic, ep) -> float:
     return float(logp.sum())
 
 
-def test_the_update_moves_the_policy_towards_every_kept_episode_and_no_other():
+def test_the_update_moves_the_policy_towards_the_kept_episodes_and_learns_nothing_from_the_others():
     policy, episodes = _played()
     for ep, speedup in zip(episodes, (1.0, 1.05, 1.3, 1.6)):
         ep.speedup = speedup
     config = TrainConfig(epochs=4, minibatch=64, learning_rate=1e-3, risk_epsilon=0.5, entropy_coef=0.0)
-    before = [_episode_logp(policy, ep) for ep in episodes]
-    stats = ppo_update(policy.train(), torch.optim.Adam(policy.parameters(), lr=1e-3), episodes, config,
-                       np.random.default_rng(0))
-    after = [_episode_logp(policy.eval(), ep) for ep in episodes]
+
+    def updated(eps):
+        torch.manual_seed(1)
+        net = GraphActorCritic(PolicyConfig(hidden=32, gat_layers=2, heads=4))
+        net.load_state_dict(policy.state_dict())
+        stats = ppo_update(net.train(), torch.optim.Adam(net.parameters(), lr=1e-3), eps, config,
+                           np.random.default_rng(0))
+        return net.eval(), stats
+
+    net, stats = updated(episodes)
     assert math.isfinite(stats["policy_loss"])
-    # Both kept episodes (1.3 and 1.6) become likelier, the weaker one too: advantages centred per minibatch
-    # (PPO's usual normalisation) would have pushed the policy away from it.
-    assert after[2] > before[2] and after[3] > before[3]
+    # The best episode (1.6) becomes likelier.
+    assert _episode_logp(net, episodes[3]) > _episode_logp(policy, episodes[3])
+    # The episodes below the quantile are not learned from: other choices in them change nothing.
+    for ep in episodes[:2]:
+        ep.rows = [(r + 1) % len(d) for r, d in zip(ep.rows, ep.decisions)]
+    other, _ = updated(episodes)
+    assert all(torch.equal(other.state_dict()[k], v) for k, v in net.state_dict().items())
+
+
+def test_risk_seeking_advantages_are_not_centred():
+    """Centring (PPO's usual per-minibatch normalisation) would make the least of the kept episodes' advantages
+    negative and push the policy away from an episode better than most."""
+    assert ppo_params(TrainConfig(risk_epsilon=0.25)).normalize_advantages is False
+    assert ppo_params(TrainConfig()).normalize_advantages is True
 
 
 def test_no_update_when_no_episode_is_better_than_the_others():
