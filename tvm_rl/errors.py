@@ -1,4 +1,5 @@
 """Errors tvm-rl raises on bad input: each names what is wrong (file, op, target, output) and what to do."""
+import signal
 
 
 class TvmRlError(Exception):
@@ -49,9 +50,9 @@ class TuningInterrupted(KeyboardInterrupt):
     """Ctrl-C (or SIGTERM) during tuning. A KeyboardInterrupt still (so callers that stop on Ctrl-C keep doing
     so), whose message says where the completed measurements are and how to resume; `signum` is the signal."""
 
-    signum: int = 2  # SIGINT
+    signum: int = signal.SIGINT
 
 
 def exit_code(err: BaseException) -> int:
     """The shell's exit status for a run stopped by `err`: 128 + the signal (130 for Ctrl-C, 143 for SIGTERM)."""
-    return 128 + getattr(err, "signum", 2)
+    return 128 + getattr(err, "signum", signal.SIGINT)
