@@ -14,21 +14,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from tvm.s_tir import meta_schedule as ms
 
+from ..errors import exit_code
+from ..interrupt import interruptible
 from ..measure import host_cpu_target, parse_target
 from . import bench_runs
 from .bench_archive import Archive, archive_path
-from .bench_stats import BASELINE, TARGET_SLACK, reach_fractions, retimed_curve, summarise, task_targets, value_at
+from .bench_report import format_cost, format_table, format_tasks, plot_reach
+from .bench_stats import TARGET_SLACK, reach_fractions, summarise, task_targets
 from .intrin import preload_tensor_intrinsics
 from .tophub import TophubTask, load_tasks, tophub_dir
 
@@ -147,91 +149,6 @@ def pretraining_overlap(path: str, tasks: dict[str, TophubTask]) -> list[str]:
     return [name for name, task in tasks.items() if str(task.workload_hash()) in seen]
 
 
-def _fmt(value: Any, spec: str, none: str = "-") -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return none
-    return format(value, spec)
-
-
-def _ci(entry: dict[str, float] | None) -> str:
-    if not entry or math.isnan(entry["ratio"]):
-        return "-"
-    return f"{entry['ratio']:.2f}x [{entry['ci_low']:.2f}, {entry['ci_high']:.2f}] ({entry['pairs']})"
-
-
-def format_table(rows: list[dict], trials: int | list[int] | None = None) -> str:
-    """The summary rows (`bench_stats.summarise`) as one markdown table per budget N."""
-    if not rows:
-        return "(no re-timed runs of this benchmark version in this file)"
-    out = []
-    for n in dict.fromkeys(r["trials"] for r in rows):
-        out += [f"N = {n}: target = best re-timed latency over all arms x {TARGET_SLACK}; ratios against "
-                f"{BASELINE} on the same task and seed, geomean [95% CI, task-clustered bootstrap] (pairs)", "",
-                f"| arm | runs | at target within {n} | median trials to target | trials to target, saving vs "
-                f"{BASELINE} | best latency at {n}, speedup vs {BASELINE} | best / target | median wall s per run "
-                "| arm wall h |", "|---|---|---|---|---|---|---|---|---|"]
-        for r in (r for r in rows if r["trials"] == n):
-            median = r["median_trials_to_target"]
-            median_text = f"> {n}" if median is None else _fmt(median, ".0f")
-            out.append(f"| {r['arm']} | {r['runs']} | {r['reached']}/{r['runs']} ({_fmt(r['reach_share'], '.0%')}) | "
-                       f"{median_text} | {_ci(r.get('trials_saving_vs_baseline'))} | "
-                       f"{_ci(r.get('speedup_vs_baseline'))} | {_fmt(r['best_over_target'], '.3f')} | "
-                       f"{_fmt(r['median_wall_seconds'], '.0f')} | {r['wall_seconds'] / 3600:.2f} |")
-        out.append("")
-    return "\n".join(out).rstrip()
-
-
-def format_tasks(runs: list[dict], trials: int) -> str:
-    """Per task: its target and each arm's median (over seeds) re-timed best latency at `trials`, in us."""
-    targets = task_targets(runs)
-    arms = list(dict.fromkeys(r["arm"] for r in runs if r.get("retimed") is not None))
-    lines = [f"| task | target us | {' | '.join(arms)} |", "|---|---|" + "---|" * len(arms)]
-    for task, target in targets.items():
-        cells = []
-        for arm in arms:
-            best = [value_at(retimed_curve(r), trials) for r in runs
-                    if r["task"] == task and r["arm"] == arm and r.get("retimed") is not None]
-            cells.append(_fmt(float(np.median(best)) * 1e6, ".1f") if best else "-")
-        lines.append(f"| {task} | {target * 1e6:.1f} | {' | '.join(cells)} |")
-    return "\n".join(lines)
-
-
-def plot_reach(runs: list[dict], trials: int, path: Path, marks: list[int] | None = None,
-               shared: int | None = None) -> None:
-    """Trials-to-target curves: per arm, the share of runs at their task's target after each trial count
-    (dotted lines at `marks`, the first `shared` trials, the shared first batch, shaded)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    for name, share in reach_fractions(runs, trials).items():
-        ax.step(np.arange(1, trials + 1), share, where="post", label=name, lw=2 if name.startswith("ppo") else 1)
-    if shared:
-        ax.axvspan(0.5, shared + 0.5, color="grey", alpha=0.15, lw=0, label="shared first batch")
-    for n in marks or []:
-        ax.axvline(n, color="grey", lw=0.6, ls=":")
-    ax.set_xlabel("measured trials (shared first batch included)")
-    ax.set_ylabel(f"runs at target (best x {TARGET_SLACK})")
-    ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def format_cost(cost: dict[str, float], by_arm: dict[str, float]) -> str:
-    """One line of what the benchmark cost in hours: each arm's runs, the shared batches, re-timing, waiting for
-    the cores, and the total (0 where nothing was charged yet)."""
-    def hours(key: str) -> str:
-        return f"{cost.get(key, 0.0) / 3600:.2f} h"
-
-    return ("cost: " + ", ".join(f"{a} {s / 3600:.2f} h" for a, s in by_arm.items())
-            + f"; shared batches {hours('shared_seconds')}, re-timing {hours('retime_seconds')}, waiting for the "
-            f"cores {hours('load_wait_seconds')}; total {hours('total_seconds')}")
-
-
 def _parser(prog: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--target", default=None, help="llvm (this CPU, the default), or a target JSON")
@@ -298,6 +215,53 @@ def _path_or_none(path: Path | None) -> str | None:
     return str(path) if path is not None else None
 
 
+def _tune_and_retime(args: argparse.Namespace, todo: list[tuple[int, str, Arm]], tasks: dict[str, TophubTask],
+                     budgets: list[int], target: Any, measuring: bench_runs.Measuring, state: dict[str, Any],
+                     archive: Archive, work_root: Path, save: Callable[[], None]) -> None:
+    """Every run in `todo`, then re-timing of every task with an unre-timed run; `save()` after each."""
+    cost = state["cost"]
+    runner = builder = None
+    for i, (seed, task, arm) in enumerate(todo):
+        if runner is None:
+            from .tasks import shared_builder
+
+            runner, builder = measuring.runner(target), shared_builder()
+        key = f"{task}|{seed}"
+        shared_dir = work_root / "shared" / f"{task}_s{seed}"
+        if (key in state["shared"] and not (shared_dir / bench_runs.SHARED_MARK).is_file()
+                and not archive.restore_shared(key, shared_dir)):
+            raise SystemExit(f"the shared first batch of {task} seed {seed} is gone from {shared_dir}, and finished "
+                             "runs started from it: restore the work dir (--work-dir) or start a new --out")
+        if key not in state["shared"]:
+            bench_runs.wait_for_cores(args.load_wait, args.max_load)
+            state["shared"][key] = bench_runs.shared_first_batch(tasks[task].mod(), task, seed, args.per_iter,
+                                                                 target, shared_dir, runner, builder)
+            cost["shared_seconds"] = cost.get("shared_seconds", 0.0) + state["shared"][key]["seconds"]
+            archive.add_shared(key, shared_dir, bench_runs.SHARED_MARK)
+        load = bench_runs.wait_for_cores(args.load_wait, args.max_load)
+        run = bench_runs.run_arm(tasks[task].mod(), task, arm.name, arm.strategy(seed), arm.cost_model(),
+                                 arm.resumes, seed, budgets[-1], args.per_iter, target,
+                                 work_root / "runs" / task / f"{arm.name}_s{seed}", shared_dir, runner, builder)
+        run["load"] = {**load, "end": [round(x, 2) for x in os.getloadavg()]}
+        state["runs"].append(run)
+        archive.add_run(run)
+        cost["load_wait_seconds"] = cost.get("load_wait_seconds", 0.0) + load["waited_seconds"]
+        save()
+        print(f"[{i + 1}/{len(todo)}] {task} {arm.name} seed {seed}: {run['trials']} trials ({run['shared']} shared), "
+              f"best {bench_runs.best_tuning_us(run):.1f} us at tuning time, {run['wall_seconds']:.0f} s, other "
+              f"processes {load['others_start']:.1f} cores{' (busy)' if load['busy'] else ''}", flush=True)
+    for task in tasks:
+        mine = [r for r in state["runs"] if r["task"] == task]
+        if mine and any(r.get("retimed") is None for r in mine):
+            bench_runs.wait_for_cores(args.load_wait, args.max_load)
+            print(f"re-timing {task}: every improver of {len(mine)} runs, {args.retime_passes} passes", flush=True)
+            info = bench_runs.retime_task(tasks[task].mod(), mine, target, measuring, args.retime_passes,
+                                          archive=archive)
+            state["retime"][task] = info
+            cost["retime_seconds"] = cost.get("retime_seconds", 0.0) + info["seconds"]
+            save()
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run (or resume) the benchmark, re-time, print the tables, write the JSON and the PNG."""
     args = _parser(prog).parse_args(argv)
@@ -346,60 +310,32 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     clock = [time.perf_counter()]
 
     def charge() -> None:
-        # Charged before every save, so a run stopped part-way (Ctrl-C, a lease's end) keeps what it spent.
+        # Charged before every save, so a run stopped part-way (Ctrl-C, a kill, a lease's end) keeps what it spent.
         now = time.perf_counter()
         cost["total_seconds"] = round(cost.get("total_seconds", 0.0) + now - clock[0], 1)
         clock[0] = now
+
+    def save() -> None:
+        charge()
+        _save(out, state)
 
     preload_tensor_intrinsics()
     archive = Archive.open(archive_path(out))
     if not args.report:  # results made before the archive existed, while their work dir is still here
         archive.backfill(state, work_root / "shared", bench_runs.SHARED_MARK)
-    runner = builder = None
     done = {(r["task"], r["arm"], r["seed"]) for r in state["runs"]}
     todo = [(seed, task, arm) for seed in range(args.seeds) for task in tasks for arm in arms
             if (task, arm.name, seed) not in done] if not args.report else []
-    for i, (seed, task, arm) in enumerate(todo):
-        if runner is None:
-            from .tasks import shared_builder
-
-            runner, builder = measuring.runner(target), shared_builder()
-        key = f"{task}|{seed}"
-        shared_dir = work_root / "shared" / f"{task}_s{seed}"
-        if (key in state["shared"] and not (shared_dir / bench_runs.SHARED_MARK).is_file()
-                and not archive.restore_shared(key, shared_dir)):
-            raise SystemExit(f"the shared first batch of {task} seed {seed} is gone from {shared_dir}, and finished "
-                             "runs started from it: restore the work dir (--work-dir) or start a new --out")
-        if key not in state["shared"]:
-            bench_runs.wait_for_cores(args.load_wait, args.max_load)
-            state["shared"][key] = bench_runs.shared_first_batch(tasks[task].mod(), task, seed, args.per_iter,
-                                                                 target, shared_dir, runner, builder)
-            cost["shared_seconds"] = cost.get("shared_seconds", 0.0) + state["shared"][key]["seconds"]
-            archive.add_shared(key, shared_dir, bench_runs.SHARED_MARK)
-        load = bench_runs.wait_for_cores(args.load_wait, args.max_load)
-        run = bench_runs.run_arm(tasks[task].mod(), task, arm.name, arm.strategy(seed), arm.cost_model(),
-                                 arm.resumes, seed, budgets[-1], args.per_iter, target,
-                                 work_root / "runs" / task / f"{arm.name}_s{seed}", shared_dir, runner, builder)
-        run["load"] = {**load, "end": [round(x, 2) for x in os.getloadavg()]}
-        state["runs"].append(run)
-        archive.add_run(run)
-        cost["load_wait_seconds"] = cost.get("load_wait_seconds", 0.0) + load["waited_seconds"]
-        charge()
-        _save(out, state)
-        print(f"[{i + 1}/{len(todo)}] {task} {arm.name} seed {seed}: {run['trials']} trials ({run['shared']} shared), "
-              f"best {bench_runs.best_tuning_us(run):.1f} us at tuning time, {run['wall_seconds']:.0f} s, other "
-              f"processes {load['others_start']:.1f} cores{' (busy)' if load['busy'] else ''}", flush=True)
-    for task in tasks:
-        mine = [r for r in state["runs"] if r["task"] == task]
-        if mine and any(r.get("retimed") is None for r in mine):
-            bench_runs.wait_for_cores(args.load_wait, args.max_load)
-            print(f"re-timing {task}: every improver of {len(mine)} runs, {args.retime_passes} passes", flush=True)
-            info = bench_runs.retime_task(tasks[task].mod(), mine, target, measuring, args.retime_passes,
-                                          archive=archive)
-            state["retime"][task] = info
-            cost["retime_seconds"] = cost.get("retime_seconds", 0.0) + info["seconds"]
-            charge()
-            _save(out, state)
+    try:
+        with interruptible(lambda: "stopped"):
+            _tune_and_retime(args, todo, tasks, budgets, target, measuring, state, archive, work_root, save)
+    except KeyboardInterrupt as err:
+        # Ctrl-C or kill: the cut run's seconds were spent too. Its folder is cleared when the same command resumes.
+        cost["interruptions"] = cost.get("interruptions", 0) + 1
+        save()
+        print(f"\ntuner benchmark: {str(err) or 'interrupted'}; {len(state['runs'])} finished runs are kept in {out}, "
+              "and the same command resumes after them.", file=sys.stderr, flush=True)
+        return exit_code(err)
     runs = [r for r in state["runs"] if r["task"] in tasks]
     rows = summarise(runs, budgets)
     by_arm: dict[str, float] = {}

@@ -1,0 +1,98 @@
+"""The tuner benchmark's report: its summary and per-task tables, its cost line, and the trials-to-target plot."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bench_stats import BASELINE, TARGET_SLACK, reach_fractions, retimed_curve, task_targets, value_at
+
+
+def _fmt(value: Any, spec: str, none: str = "-") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return none
+    return format(value, spec)
+
+
+def _ci(entry: dict[str, float] | None) -> str:
+    if not entry or math.isnan(entry["ratio"]):
+        return "-"
+    return f"{entry['ratio']:.2f}x [{entry['ci_low']:.2f}, {entry['ci_high']:.2f}] ({entry['pairs']})"
+
+
+def format_table(rows: list[dict], trials: int | list[int] | None = None) -> str:
+    """The summary rows (`bench_stats.summarise`) as one markdown table per budget N."""
+    if not rows:
+        return "(no re-timed runs of this benchmark version in this file)"
+    out = []
+    for n in dict.fromkeys(r["trials"] for r in rows):
+        out += [f"N = {n}: target = best re-timed latency over all arms x {TARGET_SLACK}; ratios against "
+                f"{BASELINE} on the same task and seed, geomean [95% CI, task-clustered bootstrap] (pairs)", "",
+                f"| arm | runs | at target within {n} | median trials to target | trials to target, saving vs "
+                f"{BASELINE} | best latency at {n}, speedup vs {BASELINE} | best / target | median wall s per run "
+                "| arm wall h |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in (r for r in rows if r["trials"] == n):
+            median = r["median_trials_to_target"]
+            median_text = f"> {n}" if median is None else _fmt(median, ".0f")
+            out.append(f"| {r['arm']} | {r['runs']} | {r['reached']}/{r['runs']} ({_fmt(r['reach_share'], '.0%')}) | "
+                       f"{median_text} | {_ci(r.get('trials_saving_vs_baseline'))} | "
+                       f"{_ci(r.get('speedup_vs_baseline'))} | {_fmt(r['best_over_target'], '.3f')} | "
+                       f"{_fmt(r['median_wall_seconds'], '.0f')} | {r['wall_seconds'] / 3600:.2f} |")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def format_tasks(runs: list[dict], trials: int) -> str:
+    """Per task: its target and each arm's median (over seeds) re-timed best latency at `trials`, in us."""
+    targets = task_targets(runs)
+    arms = list(dict.fromkeys(r["arm"] for r in runs if r.get("retimed") is not None))
+    lines = [f"| task | target us | {' | '.join(arms)} |", "|---|---|" + "---|" * len(arms)]
+    for task, target in targets.items():
+        cells = []
+        for arm in arms:
+            best = [value_at(retimed_curve(r), trials) for r in runs
+                    if r["task"] == task and r["arm"] == arm and r.get("retimed") is not None]
+            cells.append(_fmt(float(np.median(best)) * 1e6, ".1f") if best else "-")
+        lines.append(f"| {task} | {target * 1e6:.1f} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def plot_reach(runs: list[dict], trials: int, path: Path, marks: list[int] | None = None,
+               shared: int | None = None) -> None:
+    """Trials-to-target curves: per arm, the share of runs at their task's target after each trial count
+    (dotted lines at `marks`, the first `shared` trials, the shared first batch, shaded)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for name, share in reach_fractions(runs, trials).items():
+        ax.step(np.arange(1, trials + 1), share, where="post", label=name, lw=2 if name.startswith("ppo") else 1)
+    if shared:
+        ax.axvspan(0.5, shared + 0.5, color="grey", alpha=0.15, lw=0, label="shared first batch")
+    for n in marks or []:
+        ax.axvline(n, color="grey", lw=0.6, ls=":")
+    ax.set_xlabel("measured trials (shared first batch included)")
+    ax.set_ylabel(f"runs at target (best x {TARGET_SLACK})")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def format_cost(cost: dict[str, float], by_arm: dict[str, float]) -> str:
+    """One line of what the benchmark cost in hours: each arm's runs, the shared batches, re-timing, waiting for
+    the cores, and the total (0 where nothing was charged yet)."""
+    def hours(key: str) -> str:
+        return f"{cost.get(key, 0.0) / 3600:.2f} h"
+
+    return ("cost: " + ", ".join(f"{a} {s / 3600:.2f} h" for a, s in by_arm.items())
+            + f"; shared batches {hours('shared_seconds')}, re-timing {hours('retime_seconds')}, waiting for the "
+            f"cores {hours('load_wait_seconds')}; total {hours('total_seconds')}")
+
+
+__all__ = ["format_cost", "format_table", "format_tasks", "plot_reach"]
