@@ -94,15 +94,35 @@ def test_risk_seeking_advantages_are_not_centred():
     assert ppo_params(TrainConfig()).normalize_advantages is True
 
 
-def test_no_update_when_no_episode_is_better_than_the_others():
+def _entropy(policy: GraphActorCritic, episodes) -> float:
+    total = 0.0
+    with torch.no_grad():
+        for ep in episodes:  # each decision's rows are its own distribution: the sum is the decisions' entropy
+            logp = policy.chosen_log_probs(ep.decisions, torch.tensor(ep.rows))[1]
+            total -= float((logp.exp() * logp).sum())
+    return total
+
+
+def test_when_no_episode_is_better_only_the_entropy_bonus_and_the_critic_learn():
+    """A policy collapsed onto one route plays equal episodes: nothing is above the quantile. The update must not
+    stop for good (it never could restart), nor push the policy: only the entropy bonus (and the critic) move it."""
     policy, episodes = _played(3)
     for ep in episodes:
         ep.speedup = 1.25
-    weights = {k: v.clone() for k, v in policy.state_dict().items()}
-    stats = ppo_update(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), episodes,
-                       TrainConfig(risk_epsilon=0.25), np.random.default_rng(0))
-    assert all(math.isnan(v) for v in stats.values())
-    assert all(torch.equal(policy.state_dict()[k], v) for k, v in weights.items())
+
+    def update(**kw):
+        net = GraphActorCritic(PolicyConfig(hidden=32, gat_layers=2, heads=4))
+        net.load_state_dict(policy.state_dict())
+        config = TrainConfig(risk_epsilon=0.25, epochs=4, **kw)
+        stats = ppo_update(net.train(), torch.optim.Adam(net.parameters(), lr=1e-2), episodes, config,
+                           np.random.default_rng(0))
+        return net.eval(), stats
+
+    net, stats = update(entropy_coef=0.0, value_coef=0.0)
+    assert stats["policy_loss"] == 0.0 and math.isfinite(stats["entropy"])
+    assert all(torch.equal(net.state_dict()[k], v) for k, v in policy.state_dict().items())
+    net, _ = update(entropy_coef=0.5, value_coef=0.0)
+    assert _entropy(net, episodes) > _entropy(policy, episodes)
 
 
 def test_training_with_risk_epsilon_runs_and_refuses_a_bad_value(tmp_path):

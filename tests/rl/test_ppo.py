@@ -156,6 +156,26 @@ def test_the_first_minibatch_of_an_update_from_the_rollout_policy_has_no_kl_and_
     assert stats.explained_variance == pytest.approx(0.0)  # a zero critic explains nothing
 
 
+def test_target_kl_stops_the_epochs_once_the_policy_has_moved_that_far():
+    """CleanRL's target_kl: the first epoch of a large step moves the policy past it, so no second epoch runs."""
+    def run(target_kl):
+        policy = Categorical()
+        actions, old_logp, adv, ret, values = rollout()
+        calls = [0]
+
+        def evaluate(idx):
+            calls[0] += 1
+            return policy.evaluator(actions)(idx)
+
+        ppo_update(evaluate, policy.parameters(), torch.optim.SGD(policy.parameters(), lr=2.0), old_logp, adv, ret,
+                   params(epochs=5, minibatch=20, target_kl=target_kl), np.random.default_rng(0))
+        return calls[0]
+
+    assert run(0.0) == 15  # off: 5 epochs of 3 minibatches
+    assert run(1e-4) == 3  # one epoch, then stop
+    assert run(10.0) == 15  # never reached
+
+
 def test_an_update_makes_the_positively_advantaged_action_likelier():
     torch.manual_seed(0)
     policy = Categorical()

@@ -27,7 +27,7 @@ import torch
 
 from ..errors import CheckpointError, UnknownModelError, exit_code
 from ..interrupt import interrupt_pending
-from ..rl.ppo import Evaluate, PPOParams, PPOStats, gae
+from ..rl.ppo import Evaluate, PPOParams, gae
 from ..rl.ppo import ppo_loss as rl_ppo_loss
 from ..rl.ppo import ppo_update as rl_ppo_update
 from .agent import GraphActorCritic, PolicyConfig
@@ -65,6 +65,7 @@ class TrainConfig:
     value_coef: float = 0.5
     entropy_coef: float = 0.01
     max_grad_norm: float = 0.5
+    target_kl: float = 0.0  # > 0: stop an update's epochs once one moves the policy by more (CleanRL's)
     # "delta": each step's cost change (X-RLflow's reward); "best": the change of the cheapest graph seen, the one
     # the pass keeps, so an uphill step that leads lower is not penalised (env.REWARDS)
     reward: str = "delta"
@@ -274,13 +275,16 @@ def ppo_update(policy: GraphActorCritic, optimizer: torch.optim.Optimizer, episo
                config: TrainConfig, rng: np.random.Generator) -> dict[str, float]:
     """`epochs` passes of clipped PPO over all decisions of `episodes` (with `config.risk_epsilon`, of the best
     of them); returns the update's diagnostics (losses, entropy, approx_kl, clipfrac: means over its minibatches;
-    explained_variance of the critic), all NaN when no episode was better than the others."""
+    explained_variance of the critic). When no episode was better than the others, only the entropy bonus and the
+    critic learn."""
     step_advantages = None
     if config.risk_epsilon > 0:
         chosen = [(ep, adv) for ep, adv in zip(episodes, risk_seeking_advantages(episodes, config.risk_epsilon))
                   if adv is not None]
         if not chosen:
-            return PPOStats().as_dict()
+            # No episode better than the rest (a policy collapsed onto one route): the policy term is zero, but the
+            # entropy bonus and the critic still learn, so the policy can regain the spread it needs to get out.
+            chosen = [(ep, np.zeros(len(ep.rewards), np.float32)) for ep in episodes]
         episodes, step_advantages = [ep for ep, _ in chosen], [adv for _, adv in chosen]
     batch = Batch.of(episodes, config.gamma, config.gae_lambda, step_advantages)
     return rl_ppo_update(batch.evaluator(policy), policy.parameters(), optimizer, batch.old_logp, batch.adv,

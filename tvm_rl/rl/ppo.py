@@ -43,6 +43,8 @@ class PPOParams:
     split: Literal["size", "even"] = "size"
     normalize_advantages: bool = True  # per minibatch, as CleanRL's norm_adv
     clip_value: bool = False  # CleanRL's clip_vloss: clip the critic's move like the policy's
+    # > 0: CleanRL's target_kl: no further epoch once an epoch's mean approx_kl exceeds it (0: every epoch)
+    target_kl: float = 0.0
 
     @classmethod
     def from_config(cls, config: Any, **overrides: Any) -> PPOParams:
@@ -149,7 +151,8 @@ def minibatches(n: int, params: PPOParams, rng: np.random.Generator) -> Iterator
 def ppo_update(evaluate: Evaluate, parameters: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer,
                old_logp: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor, params: PPOParams,
                rng: np.random.Generator, old_values: torch.Tensor | None = None) -> PPOStats:
-    """`params.epochs` passes of clipped PPO over the rollout, one optimiser step per minibatch.
+    """`params.epochs` passes of clipped PPO over the rollout, one optimiser step per minibatch (fewer passes when
+    an epoch moves the policy by more than `params.target_kl`).
 
     `old_values` (the critic's values when the rollout was collected) give the explained variance and, with
     `params.clip_value`, the clipped value loss. Returns the diagnostics averaged over every minibatch.
@@ -160,6 +163,7 @@ def ppo_update(evaluate: Evaluate, parameters: Iterable[torch.nn.Parameter], opt
         raise ValueError("clip_value needs the rollout's old_values")
     parts: dict[str, list[float]] = {}
     for _ in range(params.epochs):
+        epoch_kl = []
         for idx in minibatches(n, params, rng):
             i = torch.as_tensor(idx)
             logp, entropy, value = evaluate(i)
@@ -171,6 +175,9 @@ def ppo_update(evaluate: Evaluate, parameters: Iterable[torch.nn.Parameter], opt
             optimizer.step()
             for k, v in mb.items():
                 parts.setdefault(k, []).append(v)
+            epoch_kl.append(mb["approx_kl"])
+        if params.target_kl > 0 and float(np.mean(epoch_kl)) > params.target_kl:
+            break
     stats = PPOStats(**{k: float(np.mean(v)) for k, v in parts.items()})
     if old_values is not None:
         stats.explained_variance = explained_variance(old_values.detach(), returns.detach())
