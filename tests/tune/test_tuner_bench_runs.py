@@ -1,7 +1,9 @@
 """The tuner benchmark's measuring: the load check, the runner settings, and one small run end to end."""
 import json
 import multiprocessing
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -128,9 +130,6 @@ def test_benchmark_end_to_end_and_resume(tmp_path, capsys):
 def test_benchmark_killed_mid_run_keeps_its_seconds_and_exits_143(tmp_path, monkeypatch, capsys):
     # A kill while a run is measuring: the process must not die with the sitting's seconds uncharged, and a
     # later Ctrl-C must be Python's own again.
-    import os
-    import signal
-
     from tvm_rl.tune.benchmark import main
 
     def killed_while_measuring(*args, **kwargs):
@@ -142,6 +141,7 @@ def test_benchmark_killed_mid_run_keeps_its_seconds_and_exits_143(tmp_path, monk
     quiet = {"others_start": 0.0, "waited_seconds": 0.0, "busy": False}
     monkeypatch.setattr(bench_runs, "wait_for_cores", lambda *a, **k: quiet)
     monkeypatch.setattr(bench_runs, "shared_first_batch", killed_while_measuring)
+
     class Unhandled(Exception):
         pass
 
