@@ -22,7 +22,7 @@ def test_only_the_episodes_above_their_models_quantile_are_learned_from():
     eps = [fake("a", 1.0), fake("a", 1.1), fake("b", 2.0, 3), fake("a", 1.2, 4), fake("a", 1.5), fake("b", 2.0),
            fake("b", 3.0, 5), fake("c", 1.3), fake("c", 1.3)]
     adv = risk_seeking_advantages(eps, 0.5)
-    kept = [i for i, a in enumerate(adv) if a is not None]
+    kept = [i for i, a in enumerate(adv) if a is not None and a.any()]
     # The quantile is each model's own: b's 2.0 would be kept among a's episodes, a's 1.5 is never compared with b.
     assert kept == [3, 4, 6]
     # One advantage per step, the same on every step of an episode.
@@ -33,8 +33,9 @@ def test_only_the_episodes_above_their_models_quantile_are_learned_from():
     assert adv[3][0] / adv[4][0] == pytest.approx((math.log(1.2) - q) / (math.log(1.5) - q))
     assert (adv[3][0] + adv[4][0]) / 2 == pytest.approx(1.0)
     assert adv[6][0] == pytest.approx(1.0)
-    # A model whose episodes all reached the same graph has nothing to move towards.
-    assert adv[7] is None and adv[8] is None
+    # A model whose episodes all reached the same graph has nothing to move towards: zero advantages, so only the
+    # entropy bonus and the critic learn from its episodes.
+    assert [adv[i].tolist() for i in (7, 8)] == [[0.0, 0.0], [0.0, 0.0]]
 
 
 def test_epsilon_one_keeps_every_episode_but_the_worst():
@@ -133,3 +134,23 @@ def test_training_with_risk_epsilon_runs_and_refuses_a_bad_value(tmp_path):
     assert ckpt["iteration"] == 1 and ckpt["config"]["risk_epsilon"] == 0.5
     with pytest.raises(ValueError, match="--risk-epsilon must be in"):
         train(replace(config, risk_epsilon=2.0, work_dir=str(tmp_path / "other")), progress=False)
+
+
+def test_a_collapsed_model_beside_a_spread_one_still_gets_the_entropy_bonus():
+    """The zero-advantage fallback is per model: one model's spread must not drop another, collapsed model's
+    episodes from the update (only its entropy bonus could restore the spread it lost)."""
+    policy, episodes = _played(4)
+    for ep, (model, speedup) in zip(episodes, [("a", 1.25), ("a", 1.25), ("b", 1.0), ("b", 1.5)]):
+        ep.model, ep.speedup = model, speedup
+
+    def update(eps):
+        net = GraphActorCritic(PolicyConfig(hidden=32, gat_layers=2, heads=4))
+        net.load_state_dict(policy.state_dict())
+        config = TrainConfig(risk_epsilon=0.25, epochs=2, entropy_coef=0.5, value_coef=0.0)
+        ppo_update(net.train(), torch.optim.Adam(net.parameters(), lr=1e-2), eps, config, np.random.default_rng(0))
+        return net.eval()
+
+    with_a, without_a = update(episodes), update(episodes[2:])
+    # Model a's episodes are in the update: its states' entropy is pushed up, which leaving them out would not do.
+    assert not all(torch.equal(with_a.state_dict()[k], v) for k, v in without_a.state_dict().items())
+    assert _entropy(with_a, episodes[:2]) > _entropy(without_a, episodes[:2])

@@ -7,7 +7,10 @@ gradient (Petersen et al., "Deep symbolic regression", ICLR 2021) learns only fr
 best episodes and never penalised for its worst.
 
 Here the quantile is taken per model (models' gains differ by several times), the gain is in log speedup, and each
-model's advantages are scaled to mean 1, so every model weighs alike in the update.
+model's advantages are scaled to mean 1, so every model weighs alike in the update. A model whose episodes all
+reached the same speedup (its policy collapsed onto one route) has no better episode to move towards: its episodes
+get zero advantages, so the policy term leaves them alone while the entropy bonus and the critic still learn on
+them, which is how such a model regains the spread it needs to get out.
 """
 from __future__ import annotations
 
@@ -29,8 +32,8 @@ def risk_seeking_advantages(episodes: Sequence[Played], epsilon: float) -> list[
 
     Per model, the episodes whose speedup is strictly above the (1 - `epsilon`) quantile of that model's
     episodes are kept; each step of a kept episode gets log(speedup) - log(quantile), scaled so that the model's
-    kept episodes average 1. A model whose episodes all reach the same speedup keeps none: there is no better
-    episode to move towards."""
+    kept episodes average 1. A model with no episode above its quantile (all reached the same speedup) keeps all
+    of them with zero advantages: only the entropy bonus and the critic learn from them."""
     if not 0.0 < epsilon <= 1.0:
         raise ValueError(f"--risk-epsilon must be in (0, 1], got {epsilon}")
     out: list[np.ndarray | None] = [None] * len(episodes)
@@ -40,6 +43,8 @@ def risk_seeking_advantages(episodes: Sequence[Played], epsilon: float) -> list[
         gains = logs - np.quantile(logs, 1.0 - epsilon)
         kept = [(i, g) for i, g in zip(mine, gains) if g > 1e-12]
         if not kept:
+            for i in mine:
+                out[i] = np.zeros(len(episodes[i].rewards), np.float32)
             continue
         scale = float(np.mean([g for _, g in kept]))
         for i, g in kept:

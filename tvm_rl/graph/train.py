@@ -275,16 +275,12 @@ def ppo_update(policy: GraphActorCritic, optimizer: torch.optim.Optimizer, episo
                config: TrainConfig, rng: np.random.Generator) -> dict[str, float]:
     """`epochs` passes of clipped PPO over all decisions of `episodes` (with `config.risk_epsilon`, of the best
     of them); returns the update's diagnostics (losses, entropy, approx_kl, clipfrac: means over its minibatches;
-    explained_variance of the critic). When no episode was better than the others, only the entropy bonus and the
-    critic learn."""
+    explained_variance of the critic). On a model where no episode was better than the others, only the entropy
+    bonus and the critic learn (`risk_seeking.risk_seeking_advantages`)."""
     step_advantages = None
     if config.risk_epsilon > 0:
         chosen = [(ep, adv) for ep, adv in zip(episodes, risk_seeking_advantages(episodes, config.risk_epsilon))
                   if adv is not None]
-        if not chosen:
-            # No episode better than the rest (a policy collapsed onto one route): the policy term is zero, but the
-            # entropy bonus and the critic still learn, so the policy can regain the spread it needs to get out.
-            chosen = [(ep, np.zeros(len(ep.rewards), np.float32)) for ep in episodes]
         episodes, step_advantages = [ep for ep, _ in chosen], [adv for _, adv in chosen]
     batch = Batch.of(episodes, config.gamma, config.gae_lambda, step_advantages)
     return rl_ppo_update(batch.evaluator(policy), policy.parameters(), optimizer, batch.old_logp, batch.adv,
