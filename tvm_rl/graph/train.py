@@ -403,8 +403,12 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
 def stop_workers(pool: ProcessPoolExecutor) -> None:
     """Cancel `pool`'s queued episodes and terminate the processes playing the others. An interrupt sent to this
     process alone (not its whole process group, as Ctrl-C is) would otherwise wait for them to play out."""
-    # ProcessPoolExecutor has no public way to stop a running task: its processes are reached through _processes
-    # (which shutdown clears).
+    terminate = getattr(pool, "terminate_workers", None)  # public from Python 3.14
+    if terminate is not None:
+        terminate()
+        return
+    # Before 3.14 ProcessPoolExecutor has no public way to stop a running task: its processes are reached through
+    # _processes (which shutdown clears).
     processes = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in processes:
