@@ -1,4 +1,5 @@
-"""The tuner benchmark's report: its summary and per-task tables, its cost line, and the trials-to-target plot."""
+"""The tuner benchmark's report: its summary and per-task tables (and a provisional look at a running one), its cost
+line, and the trials-to-target plot."""
 from __future__ import annotations
 
 import math
@@ -7,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .bench_stats import BASELINE, TARGET_SLACK, reach_fractions, retimed_curve, task_targets, value_at
+from .bench_stats import BASELINE, TARGET_SLACK, reach_fractions, retimed_curve, summarise, task_targets, value_at
 
 
 def _fmt(value: Any, spec: str, none: str = "-") -> str:
@@ -22,13 +23,14 @@ def _ci(entry: dict[str, float] | None) -> str:
     return f"{entry['ratio']:.2f}x [{entry['ci_low']:.2f}, {entry['ci_high']:.2f}] ({entry['pairs']})"
 
 
-def format_table(rows: list[dict], trials: int | list[int] | None = None) -> str:
-    """The summary rows (`bench_stats.summarise`) as one markdown table per budget N."""
+def format_table(rows: list[dict], trials: int | list[int] | None = None, timing: str = "re-timed") -> str:
+    """The summary rows (`bench_stats.summarise`) as one markdown table per budget N; `timing` says which
+    latencies they were computed from."""
     if not rows:
-        return "(no re-timed runs of this benchmark version in this file)"
+        return f"(no {timing} runs of this benchmark version in this file)"
     out = []
     for n in dict.fromkeys(r["trials"] for r in rows):
-        out += [f"N = {n}: target = best re-timed latency over all arms x {TARGET_SLACK}; ratios against "
+        out += [f"N = {n}: target = best {timing} latency over all arms x {TARGET_SLACK}; ratios against "
                 f"{BASELINE} on the same task and seed, geomean [95% CI, task-clustered bootstrap] (pairs)", "",
                 f"| arm | runs | at target within {n} | median trials to target | trials to target, saving vs "
                 f"{BASELINE} | best latency at {n}, speedup vs {BASELINE} | best / target | median wall s per run "
@@ -96,3 +98,29 @@ def format_cost(cost: dict[str, float], by_arm: dict[str, float]) -> str:
 
 
 __all__ = ["format_cost", "format_table", "format_tasks", "plot_reach"]
+
+
+def provisional_runs(runs: list[dict], arms: list[str]) -> tuple[list[dict], int]:
+    """Runs whose every improver's "retimed" latency is its tuning-time one, for a look at a benchmark still
+    running; only (task, seed) pairs that every arm of `arms` has finished, so each arm is compared on the same
+    ones. Returns them and the number of such pairs."""
+    groups: dict[tuple[str, int], dict[str, dict]] = {}
+    for r in runs:
+        if "tuning_seconds" in r:
+            groups.setdefault((r["task"], r["seed"]), {})[r["arm"]] = r
+    complete = [g for g in groups.values() if all(a in g for a in arms)]
+    out = [{**r, "retimed": [r["tuning_seconds"][i] for i in r["improvers"]]}
+           for g in complete for a, r in g.items() if a in arms]
+    return out, len(complete)
+
+
+def format_peek(state: dict[str, Any]) -> str:
+    """The summary table of a benchmark's JSON as it stands, from tuning-time latencies (nothing re-timed, nothing
+    written): a provisional look at a long run, not its result."""
+    settings = state["settings"]
+    budgets = list(settings["trials"])
+    runs, pairs = provisional_runs(state["runs"], list(settings["arms"]))
+    head = (f"PROVISIONAL: {pairs} (task, seed) pairs finished by all {len(settings['arms'])} arms, of "
+            f"{len(settings['tasks']) * settings['seeds']}; latencies at tuning time, not re-timed: the result is "
+            "the table printed once the run ends.")
+    return head + "\n\n" + format_table(summarise(runs, budgets), budgets, timing="tuning-time")

@@ -29,7 +29,7 @@ from ..interrupt import interruptible
 from ..measure import host_cpu_target, parse_target
 from . import bench_runs
 from .bench_archive import Archive, archive_path
-from .bench_report import format_cost, format_table, format_tasks, plot_reach
+from .bench_report import format_cost, format_peek, format_table, format_tasks, plot_reach
 from .bench_stats import TARGET_SLACK, reach_fractions, summarise, task_targets
 from .intrin import preload_tensor_intrinsics
 from .tophub import TophubTask, load_tasks, tophub_dir
@@ -176,6 +176,9 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
                    help="seconds to wait for it at most, per run (default 600; 0 with --quick: a check only records "
                         "the load)")
     p.add_argument("--report", action="store_true", help="no new runs: re-time what needs it, print the tables")
+    p.add_argument("--peek", action="store_true",
+                   help="only print a provisional table of the --out JSON as it stands, from tuning-time latencies "
+                        "(reads it, times and writes nothing: safe beside a running benchmark)")
     p.add_argument("--quick", action="store_true", help="3 small tasks, 2 seeds, N = 16: a check, not a result")
     p.add_argument("--tophub-dir", default=None)
     p.add_argument("--out", default=None, help="JSON path (default logs/tuner_<target>[_quick].json)")
@@ -282,6 +285,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args.cost_model_file = args.cost_model_file or _path_or_none(shipped_model(target.kind.name))
     args.policy = args.policy or _path_or_none(shipped_policy(target.kind.name))
     out = Path(args.out or f"logs/tuner_{target.kind.name}{'_quick' if args.quick else ''}.json")
+    if args.peek:
+        if not out.is_file():
+            raise SystemExit(f"--peek: no benchmark results at {out} (give the run's --out)")
+        print(format_peek(json.loads(out.read_text())))
+        return 0
     out.parent.mkdir(parents=True, exist_ok=True)
     work_root = Path(args.work_dir or out.parent / "scratch" / f"{out.stem}_runs")
     measuring = bench_runs.Measuring(repeat=args.repeat, number=args.number, cache_flush=not args.no_cache_flush)
