@@ -97,9 +97,6 @@ def format_cost(cost: dict[str, float], by_arm: dict[str, float]) -> str:
             f"cores {hours('load_wait_seconds')}; total {hours('total_seconds')}")
 
 
-__all__ = ["format_cost", "format_table", "format_tasks", "plot_reach"]
-
-
 def provisional_runs(runs: list[dict], arms: list[str]) -> tuple[list[dict], int]:
     """Runs whose every improver's "retimed" latency is its tuning-time one, for a look at a benchmark still
     running; only (task, seed) pairs that every arm of `arms` has finished, so each arm is compared on the same
@@ -124,3 +121,6 @@ def format_peek(state: dict[str, Any]) -> str:
             f"{len(settings['tasks']) * settings['seeds']}; latencies at tuning time, not re-timed: the result is "
             "the table printed once the run ends.")
     return head + "\n\n" + format_table(summarise(runs, budgets), budgets, timing="tuning-time")
+
+
+__all__ = ["format_cost", "format_peek", "format_table", "format_tasks", "plot_reach", "provisional_runs"]
