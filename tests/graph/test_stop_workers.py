@@ -1,9 +1,9 @@
 """`train.stop_workers`: an interrupted training run must not wait for its workers' episodes to play out."""
 import time
 from concurrent.futures import ProcessPoolExecutor
+from types import SimpleNamespace
 
 import psutil
-from types import SimpleNamespace
 
 from tvm_rl.graph.train import stop_workers
 
