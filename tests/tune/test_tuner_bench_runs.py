@@ -51,14 +51,16 @@ def _spin(seconds: float) -> None:
 
 def test_others_busy_cores_does_not_count_this_process_or_its_children():
     """A busy loop here, and one in a child process, are this benchmark's own work, not competition."""
+    # What other jobs on the machine keep busy (a CI runner is not always quiet) is read first, without our loops.
+    baseline = bench_runs.others_busy_cores(window=1.0)
     child = multiprocessing.get_context("spawn").Process(target=_spin, args=(3.0,))
     child.start()
     try:
         mine = bench_runs.others_busy_cores(window=1.0, sleep=_spin)
     finally:
         child.join()
-    # Without the subtraction this reads about 2 cores (this loop and the child's); what is left is other jobs.
-    assert mine < 0.7
+    # Without the subtraction this reads about 2 cores more than the baseline (this loop and the child's).
+    assert mine < baseline + 0.7
 
 
 def test_others_busy_cores_counts_a_process_outside_the_tree():
