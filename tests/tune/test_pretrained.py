@@ -114,6 +114,29 @@ def test_the_shipped_model_is_found_by_target_kind(tmp_path, monkeypatch):
     assert cost_model.from_spec("random").__class__.__name__ == "RandomModel"
 
 
+def test_a_model_from_another_cpu_or_target_kind_is_named_once(tmp_path, caplog):
+    import tvm
+
+    booster = P.train(synthetic(n_workloads=2, per=8), FAST)
+    path = P.save_model(booster, tmp_path / "model.npz",
+                        {"target_kind": "llvm", "target": {"kind": "llvm", "mcpu": "znver5"}})
+
+    def rate(mcpu: str | None, kind: str = "llvm") -> list[str]:
+        target = {"kind": kind, **({"mcpu": mcpu} if mcpu else {})}
+        model = P.PretrainedXGBModel(path)
+        caplog.clear()
+        with caplog.at_level("INFO", logger=P.logger.name):
+            for _ in range(2):  # what predict and update check before rating (through MetaSchedule's FFI)
+                model._check_target(ms.TuneContext(target=tvm.target.Target(target)))
+        return [f"{r.levelname}: {r.getMessage()}" for r in caplog.records]
+
+    other = rate("skylake")
+    assert len(other) == 1 and other[0].startswith("INFO") and "znver5" in other[0] and "skylake" in other[0]
+    assert rate("znver5") == [] and rate(None) == []  # same CPU, or none named: nothing to say
+    gpu = rate(None, kind="cuda")
+    assert len(gpu) == 1 and gpu[0].startswith("WARNING") and "cuda" in gpu[0]
+
+
 def test_refining_adds_trees_to_a_copy():
     data = synthetic()
     base = P.train(data[1:], FAST)

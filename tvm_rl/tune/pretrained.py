@@ -374,12 +374,29 @@ class PretrainedXGBModel(PyCostModel):
 
     def _check_target(self, context: ms.TuneContext) -> None:
         kind = self.meta.get("target_kind")
-        if self._warned_target or context.target is None or not kind or context.target.kind.name == kind:
+        if self._warned_target or context.target is None or not kind:
             return
         self._warned_target = True
-        logger.warning("pre-trained cost model %s was trained on a %s corpus, but rates %s schedules; its "
-                       "ratings may mean little until it is refined (or train one on a %s corpus)",
-                       self.path, kind, context.target.kind.name, context.target.kind.name)
+        if context.target.kind.name != kind:
+            logger.warning("pre-trained cost model %s was trained on a %s corpus, but rates %s schedules; its "
+                           "ratings may mean little until it is refined (or train one on a %s corpus)",
+                           self.path, kind, context.target.kind.name, context.target.kind.name)
+            return
+        trained, rating = _cpu_of(self.meta.get("target")), _cpu_of(context.target)
+        if trained and rating and trained != rating:
+            # Said once, not as a warning: a model measured on another CPU still ranks schedules better than an
+            # empty one, but how much of it carries over is the user's to judge (`tvm-rl corpus build`).
+            logger.info("pre-trained cost model %s was measured on a %s CPU and rates %s schedules: it is refined "
+                        "on this run's records; `tvm-rl corpus build` measures a corpus for this CPU",
+                        self.path, trained, rating)
+
+
+def _cpu_of(target: Any) -> str:
+    """The `-mcpu` of a Target or of its JSON-like dict (as a model file's meta stores it); '' when unset."""
+    if isinstance(target, dict):
+        return str(target.get("mcpu") or "")
+    attrs = getattr(target, "attrs", None)
+    return str(attrs["mcpu"]) if attrs is not None and "mcpu" in attrs else ""
 
 
 # The evaluation moved to `pretrained_eval`, which imports this module: these names stay importable from here,
