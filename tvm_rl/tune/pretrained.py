@@ -334,7 +334,7 @@ class PretrainedXGBModel(PyCostModel):
         self.data: OrderedDict[str, WorkloadFeatures] = OrderedDict()
         self.extractor = ms.feature_extractor.PerStoreFeature()
         self.num_warmup_samples = 0
-        self._warned_target = False
+        self._checked_target = False  # the target is compared with the model's once per model
 
     @property
     def data_size(self) -> int:
@@ -374,9 +374,9 @@ class PretrainedXGBModel(PyCostModel):
 
     def _check_target(self, context: ms.TuneContext) -> None:
         kind = self.meta.get("target_kind")
-        if self._warned_target or context.target is None or not kind:
+        if self._checked_target or context.target is None or not kind:
             return
-        self._warned_target = True
+        self._checked_target = True
         if context.target.kind.name != kind:
             logger.warning("pre-trained cost model %s was trained on a %s corpus, but rates %s schedules; its "
                            "ratings may mean little until it is refined (or train one on a %s corpus)",
@@ -393,10 +393,8 @@ class PretrainedXGBModel(PyCostModel):
 
 def _cpu_of(target: Any) -> str:
     """The `-mcpu` of a Target or of its JSON-like dict (as a model file's meta stores it); '' when unset."""
-    if isinstance(target, dict):
-        return str(target.get("mcpu") or "")
-    attrs = getattr(target, "attrs", None)
-    return str(attrs["mcpu"]) if attrs is not None and "mcpu" in attrs else ""
+    attrs = target if isinstance(target, dict) else getattr(target, "attrs", {})
+    return str(attrs.get("mcpu") or "")
 
 
 # The evaluation moved to `pretrained_eval`, which imports this module: these names stay importable from here,
