@@ -1,5 +1,6 @@
 """The tuner benchmark's trials-to-target curves, plot and tables (no tuning)."""
 from tvm_rl.tune import bench_stats
+from tvm_rl.tune.bench_report import format_pairs
 from tvm_rl.tune.benchmark import format_cost, format_table, format_tasks, plot_reach, reach_fractions, summarise
 
 
@@ -42,3 +43,13 @@ def test_cost_line_of_a_run_stopped_before_anything_was_charged():
     line = format_cost({"shared_seconds": 1800.0}, {"evolutionary": 3600.0, "ppo": 720.0})
     assert line == ("cost: evolutionary 1.00 h, ppo 0.20 h; shared batches 0.50 h, re-timing 0.00 h, waiting for "
                     "the cores 0.00 h; total 0.00 h")
+
+
+def test_pairs_table_names_each_share_and_says_when_none_applies():
+    walks = [dict(r, arm="random-walk") for r in RUNS if r["arm"] == "evolutionary"]
+    pairs = bench_stats.ablation_pairs([r for r in RUNS if r["arm"] == "ppo"] + walks, 3, n_boot=100)
+    table = format_pairs(pairs)
+    # ppo 2x its walks on t (1.0 vs 2.0), 1/9 on u: geomean sqrt(2/9).
+    assert ("| learning's share (PPO updates against the same walks without them) | ppo vs random-walk | 0.47x ["
+            in table)
+    assert "(no ablation pair" in format_pairs(bench_stats.ablation_pairs(RUNS, 3))

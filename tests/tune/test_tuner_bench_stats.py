@@ -133,3 +133,15 @@ def test_reach_fractions_use_each_tasks_fixed_target():
     frac = S.reach_fractions(runs, 3, slack=1.0)
     assert frac["ppo"] == [0.0, 0.0, 0.5]  # t's target is ppo's own 1.0; u's (1.0) it never reaches
     assert frac["evolutionary"] == [0.5, 0.5, 0.5]
+
+
+def test_ablation_pairs_compare_each_pair_present_at_the_budget():
+    # ppo is 2x its walks on t by trial 2 and equal on u; ppo-pretrained has no baseline arm here: no pair for it.
+    runs = [run("t", "ppo", 0, {0: 4.0, 1: 1.0}, n=4), run("t", "random-walk", 0, {0: 4.0, 3: 2.0}, n=4),
+            run("u", "ppo", 0, {0: 3.0}, n=4), run("u", "random-walk", 0, {0: 3.0}, n=4),
+            run("t", "ppo-pretrained", 0, {0: 1.0}, n=4)]
+    at2 = S.ablation_pairs(runs, 2, n_boot=200)
+    assert [(p["arm"], p["baseline"]) for p in at2] == [("ppo", "random-walk"), ("ppo-pretrained", "random-walk")]
+    assert at2[0]["ratio"] == pytest.approx(math.sqrt(4.0)) and at2[0]["pairs"] == 2  # 4x on t, 1x on u
+    assert at2[0]["trials"] == 2 and "learning" in at2[0]["share"]
+    assert S.ablation_pairs(runs, 4, n_boot=200)[0]["ratio"] == pytest.approx(math.sqrt(2.0))  # walks got to 2.0

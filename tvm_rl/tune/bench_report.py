@@ -46,6 +46,16 @@ def format_table(rows: list[dict], trials: int | list[int] | None = None, timing
     return "\n".join(out).rstrip()
 
 
+def format_pairs(pairs: list[dict]) -> str:
+    """The ablation pairs (`bench_stats.ablation_pairs`) as a markdown table: which share each pair measures."""
+    if not pairs:
+        return "(no ablation pair has both its arms in this file)"
+    lines = [f"| share | arm vs baseline | best latency at {pairs[0]['trials']}, speedup [95% CI] (pairs) |",
+             "|---|---|---|"]
+    lines += [f"| {p['share']} | {p['arm']} vs {p['baseline']} | {_ci(p)} |" for p in pairs]
+    return "\n".join(lines)
+
+
 def format_tasks(runs: list[dict], trials: int) -> str:
     """Per task: its target and each arm's median (over seeds) re-timed best latency at `trials`, in us."""
     targets = task_targets(runs)
@@ -123,4 +133,5 @@ def format_peek(state: dict[str, Any]) -> str:
     return head + "\n\n" + format_table(summarise(runs, budgets), budgets, timing="tuning-time")
 
 
-__all__ = ["format_cost", "format_peek", "format_table", "format_tasks", "plot_reach", "provisional_runs"]
+__all__ = ["format_cost", "format_pairs", "format_peek", "format_table", "format_tasks", "plot_reach",
+           "provisional_runs"]

@@ -222,6 +222,33 @@ def summarise(runs: Sequence[Run], trials: int | Sequence[int], slack: float = T
     return rows
 
 
+# Paired arms that split a learned tuner's gain into its parts (arm, its baseline, the share it measures); a pair is
+# reported only when a file holds both arms.
+ABLATION_PAIRS = [
+    ("evolutionary-pretrained", "evolutionary", "the pre-trained model's share (same search)"),
+    ("ppo", "random-walk", "learning's share (PPO updates against the same walks without them)"),
+    ("ppo-pretrained-model", "ppo", "the pre-trained model's share inside PPOSearch (untrained agent)"),
+    ("ppo-pretrained", "ppo-pretrained-model", "the pre-trained agent's share (same model)"),
+    ("ppo-pretrained", "evolutionary-pretrained", "the agent against evolutionary search (same model)"),
+    ("ppo-pretrained", "random-walk", "PPOSearch with both shipped parts against untrained walks"),
+]
+
+
+def ablation_pairs(runs: Sequence[Run], trials: int, n_boot: int = 2000) -> list[dict[str, Any]]:
+    """For each of `ABLATION_PAIRS` whose two arms both have re-timed runs: the geomean speedup of the arm's best
+    re-timed latency at `trials` over its baseline's on the same task and seed, with its task-clustered 95% CI."""
+    runs = [r for r in runs if "tuning_seconds" in r and r.get("retimed") is not None]
+    present = {r["arm"] for r in runs}
+
+    def best(run: Run) -> float | None:
+        v = value_at(retimed_curve(run), trials)
+        return v if math.isfinite(v) else None
+
+    return [{"trials": trials, "arm": arm, "baseline": base, "share": share,
+             **geomean_ratio(paired_log_ratios(runs, arm, base, best), n_boot)}
+            for arm, base, share in ABLATION_PAIRS if arm in present and base in present]
+
+
 def reach_fractions(runs: Sequence[Run], trials: int, slack: float = TARGET_SLACK) -> dict[str, list[float]]:
     """Trials-to-target curves: per arm, after each trial count t = 1..`trials`, the share of its re-timed runs
     at or below their task's fixed target (best re-timed latency over every arm x `slack`)."""
@@ -236,6 +263,7 @@ def reach_fractions(runs: Sequence[Run], trials: int, slack: float = TARGET_SLAC
     return out
 
 
-__all__ = ["BASELINE", "FAILED_SECONDS", "TARGET_SLACK", "best_so_far", "censored_median", "cluster_bootstrap",
-           "geomean_ratio", "improvers", "median_seconds", "paired_log_ratios", "reach_fractions", "reach_shares",
-           "retimed_curve", "summarise", "task_targets", "trials_to_target", "value_at"]
+__all__ = ["ABLATION_PAIRS", "BASELINE", "FAILED_SECONDS", "TARGET_SLACK", "ablation_pairs", "best_so_far",
+           "censored_median", "cluster_bootstrap", "geomean_ratio", "improvers", "median_seconds", "paired_log_ratios",
+           "reach_fractions", "reach_shares", "retimed_curve", "summarise", "task_targets", "trials_to_target",
+           "value_at"]

@@ -29,8 +29,8 @@ from ..interrupt import interruptible
 from ..measure import host_cpu_target, parse_target
 from . import bench_runs
 from .bench_archive import Archive, archive_path
-from .bench_report import format_cost, format_peek, format_table, format_tasks, plot_reach
-from .bench_stats import TARGET_SLACK, reach_fractions, summarise, task_targets
+from .bench_report import format_cost, format_pairs, format_peek, format_table, format_tasks, plot_reach
+from .bench_stats import TARGET_SLACK, ablation_pairs, reach_fractions, summarise, task_targets
 from .intrin import preload_tensor_intrinsics
 from .tophub import TophubTask, load_tasks, tophub_dir
 
@@ -352,9 +352,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     cost["run_seconds_by_arm"] = {a: round(s, 1) for a, s in by_arm.items()}
     if not args.report:  # a report's reading costs nothing worth counting; its re-timing was charged above
         charge()
-    state.update(summary=rows, targets=task_targets(runs))
+    pairs = [p for n in budgets for p in ablation_pairs(runs, n)]
+    state.update(summary=rows, targets=task_targets(runs), pairs=pairs)
     _save(out, state)
     print(format_table(rows, budgets))
+    for n in budgets:
+        print(f"\nablation pairs at N = {n}, same task and seed:\n"
+              + format_pairs([p for p in pairs if p["trials"] == n]))
     print(f"\nmedian re-timed best latency at N = {budgets[-1]} (us):\n" + format_tasks(runs, budgets[-1]))
     print("\n" + format_cost(cost, by_arm))
     png = out.with_suffix(".png")
