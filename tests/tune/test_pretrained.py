@@ -181,6 +181,54 @@ def test_leave_one_workload_out_gives_a_row_per_workload():
         E.evaluate(data[:1])
 
 
+def test_a_given_model_is_rated_beside_and_says_which_workloads_it_saw():
+    data = synthetic(n_workloads=5)
+    # Trained elsewhere on two of the five workloads (one known by hash only, one by name only).
+    booster = P.train([data[0], data[1]], FAST)
+    meta = {"workloads": [{"name": "renamed", "structural_hash": "0"}, {"name": "w1"}], "records": 48,
+            "host": {"cpu_model": "Other CPU"}, "target": {"kind": "llvm", "mcpu": "other"}}
+    result = E.evaluate(data, ks=(8,), top=4, config=FAST, given=(booster, meta))
+    assert [r["given_saw"] for r in result["rows"]] == [True, True, False, False, False]
+    row = result["rows"][2]
+    assert row["given"] == E.rank_metrics(P.predict(booster, data[2].features), data[2].seconds, 4)
+    assert set(row["k8"]) == {"pretrained", "cold", "refined", "given", "given-refined"}
+    assert row["k8"]["given-refined"] != row["k8"]["given"]  # refined on the workload's own first 8
+    assert {"given (all records)", "k=8 given", "k=8 given-refined"} <= set(result["summary"])
+    assert result["summary_unseen"]["given (all records)"]["workloads"] == 3
+    assert result["given"]["records"] == 48
+    text = E.format_table(result)
+    assert "Other CPU (-mcpu=other), 48 schedules; it trained on 2 of these 5" in text
+    assert "the 3 workloads the given model never saw:" in text and "given (unseen)" in text
+    # Without a given model nothing of it appears.
+    plain = E.evaluate(data[:3], ks=(8,), top=4, config=FAST)
+    assert "summary_unseen" not in plain and "given (all records)" not in plain["summary"]
+    assert "given" not in E.format_table(plain)
+
+
+def test_cli_evaluate_against_a_model_file_or_the_shipped_one(tmp_path, corpus, capsys):
+    model = tmp_path / "elsewhere.npz"
+    assert corpus_main(["train", "--corpus", str(corpus.path), "--out", str(model), "--exclude", "matmul3*",
+                        "--max-rounds", "30"]) == 0
+    out = tmp_path / "eval.json"
+    assert corpus_main(["evaluate", "--corpus", str(corpus.path), "--out", str(out), "--ks", "4", "--top", "4",
+                        "--max-rounds", "30", "--model", str(model)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    assert [r["given_saw"] for r in result["rows"]] == [True, True, False]
+    assert result["given"]["path"] == str(model) and "the 1 workloads the given model never saw" in printed
+    assert corpus_main(["evaluate", "--corpus", str(corpus.path), "--out", str(out), "--ks", "4", "--top", "4",
+                        "--max-rounds", "30", "--model", "shipped"]) == 0
+    capsys.readouterr()
+    assert json.loads(out.read_text())["given"]["path"] == str(cost_model.shipped_model("llvm"))
+    # A model for another target kind is refused before any feature is extracted, naming both kinds.
+    booster, meta = P.load_model(model)
+    P.save_model(booster, tmp_path / "gpu.npz", {**meta, "target_kind": "cuda"})
+    with pytest.raises(TvmRlError, match="trained for target kind 'cuda', the corpus is 'llvm'"):
+        corpus_main(["evaluate", "--corpus", str(corpus.path), "--model", str(tmp_path / "gpu.npz")])
+    with pytest.raises(TvmRlError, match="does not exist"):
+        corpus_main(["evaluate", "--corpus", str(corpus.path), "--model", str(tmp_path / "none.npz")])
+
+
 def test_train_on_a_corpus_and_use_it_in_metaschedule(tmp_path, corpus, cpu):
     data = P.corpus_features(corpus)
     assert [d.name for d in data] == ["matmul8", "matmul16", "matmul32"]

@@ -19,6 +19,7 @@ EXAMPLES = """examples:
   tvm-rl corpus build --target cuda --tophub --max-tasks 100 --models vit mobilenet_v2   # on a GPU machine
   tvm-rl corpus train --corpus logs/corpus/llvm
   tvm-rl corpus evaluate --corpus logs/corpus/llvm --ks 8 16 32
+  tvm-rl corpus evaluate --corpus logs/corpus/llvm --model shipped   # your corpus's models vs the shipped one
   tvm-rl tune --model resnet18 --strategy evolutionary --cost-model logs/corpus/llvm/cost_model.npz
   tvm-rl corpus train-policy --corpus logs/corpus/llvm --exclude 'mobilenet_v2-*'
 """
@@ -85,6 +86,10 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl corpus") -> int:
                           help="trees the online refinement fits on a workload's own records (default 20; 0: none)")
     evaluate.add_argument("--refine-eta", type=float, default=None, help="their learning rate (default 0.1)")
     evaluate.add_argument("--no-cache", action="store_true", help="extract features again")
+    evaluate.add_argument("--model", default=None, metavar="FILE|shipped",
+                          help="also rate with this model file (`shipped`: the one tvm-rl ships for the corpus's "
+                               "target kind), alone and refined on each workload's first k records: does a corpus "
+                               "of your own beat the model you were given?")
 
     policy = sub.add_parser("train-policy", help="pre-train the tuner's agent offline: walks on the corpus's "
                             "workloads rated by the pre-trained cost model, no measurement")
@@ -208,11 +213,25 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     result, path = evaluate_corpus(args.corpus, args.out, args.ks, args.top, _config(args), args.folds,
                                    args.heldout, _names(args.corpus, args.exclude), cache=not args.no_cache,
-                                   write=lambda line: print(line, flush=True))
+                                   write=lambda line: print(line, flush=True), given=_given_model(args))
     print()
     print(format_table(result))
     print(f"\n{result['workloads']} workloads, {result['records']} schedules; {result['seconds']:.0f} s. -> {path}")
     return 0
+
+
+def _given_model(args: argparse.Namespace) -> Path | None:
+    """`--model`'s file; `shipped` is the package's model for the corpus's target kind."""
+    if args.model != "shipped":
+        return Path(args.model) if args.model else None
+    from .corpus import Corpus, CorpusError
+    from .cost_model import shipped_model
+
+    kind = Corpus(args.corpus).target().kind.name
+    path = shipped_model(kind)
+    if path is None:
+        raise CorpusError(f"tvm-rl ships no cost model for target kind {kind!r}: pass a model file to --model")
+    return path
 
 
 def _train_policy(args: argparse.Namespace) -> int:

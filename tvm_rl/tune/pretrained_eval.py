@@ -5,8 +5,12 @@ reported are Spearman's rank correlation with the measured speed and top-k recal
 the best measured schedule, and the ratio of the best latency in the model's top k to the best). Beside it, for
 k = 8/16/32, what a cold start has: a model trained on the workload's first k records only (in measurement
 order: the corpus measures random samples first), the pre-trained model refined on the same k records, and the
-pre-trained model alone, each rated on the workload's remaining records. `format_table` prints the result and
-`evaluate_corpus` runs it all on a corpus directory (`tvm-rl corpus evaluate`, docs/tuner_corpus.md).
+pre-trained model alone, each rated on the workload's remaining records. With a `given` model (one trained
+elsewhere: the shipped model, or one from another machine), that model is rated beside them, alone and refined on the
+same k records, so a user can see whether a corpus of their own beats the model they were given; each row says
+whether the given model trained on that workload (by structural hash or name), and the summary is also given over the
+workloads it never saw. `format_table` prints the result and `evaluate_corpus` runs it all on a corpus directory
+(`tvm-rl corpus evaluate`, docs/tuner_corpus.md).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import numpy as np
 
 from ..errors import TvmRlError
 from .corpus import FAILED_SECONDS, Corpus, CorpusError
-from .pretrained import TrainConfig, WorkloadFeatures, corpus_features, predict, refine, train
+from .pretrained import TrainConfig, WorkloadFeatures, corpus_features, load_model, predict, refine, train
 
 # A frozen dataclass: one shared default is safe (as `pretrained.train`'s is).
 _DEFAULT_CONFIG = TrainConfig()
@@ -62,16 +66,19 @@ def _folds(n: int, folds: int | None) -> list[list[int]]:
 
 def evaluate(data: Sequence[WorkloadFeatures], ks: Sequence[int] = (8, 16, 32), top: int = 8,
              config: TrainConfig = _DEFAULT_CONFIG, folds: int | None = None, heldout: Iterable[str] | None = None,
-             write: Callable[[str], None] | None = None) -> dict[str, Any]:
+             write: Callable[[str], None] | None = None, given: tuple[Any, dict[str, Any]] | None = None
+             ) -> dict[str, Any]:
     """Leave-one-workload-out (or, with `folds`, leave-a-fold-out) evaluation; see the module docstring.
-    `heldout` limits which workloads are held out (each still trained against all the others). Returns
-    {"rows": one per held-out workload, "summary": per arm, "settings": ...}."""
+    `heldout` limits which workloads are held out (each still trained against all the others); `given` is a
+    (booster, meta) pair as `load_model` returns, rated beside the others. Returns {"rows": one per held-out
+    workload, "summary": per arm, "settings": ...}, and with `given`, "summary_unseen" (the workloads it never saw)."""
     data = [d for d in data if len(d)]
     if len(data) < 2:
         raise TvmRlError(f"leave-one-workload-out needs at least 2 workloads with records, got {len(data)}")
     wanted = set(heldout) if heldout is not None else None
     if wanted is not None and wanted - {d.name for d in data}:
         raise CorpusError(f"no such workload(s) to hold out: {', '.join(sorted(wanted - {d.name for d in data}))}")
+    seen = _trained_on(given[1]) if given is not None else (set(), set())
     rows = []
     start = time.perf_counter()
     for fold in _folds(len(data), folds):
@@ -90,6 +97,10 @@ def evaluate(data: Sequence[WorkloadFeatures], ks: Sequence[int] = (8, 16, 32), 
             ok = held.valid
             row["best_us"] = round(float(held.seconds[ok].min()) * 1e6, 3) if len(ok) else None
             row["pretrained"] = rank_metrics(predict(base, held.features), held.seconds, top)
+            if given is not None:
+                # Either will do: erring towards "saw" keeps the unseen summary honest.
+                row["given_saw"] = bool(held.key and held.key in seen[0]) or held.name in seen[1]
+                row["given"] = rank_metrics(predict(given[0], held.features), held.seconds, top)
             for k in ks:
                 first, later = np.arange(min(k, len(held))), np.arange(min(k, len(held)), len(held))
                 if len(later) <= top or not len(held.subset(first).valid):
@@ -101,14 +112,32 @@ def evaluate(data: Sequence[WorkloadFeatures], ks: Sequence[int] = (8, 16, 32), 
                     "cold": rank_metrics(predict(train([own], config), rated.features), rated.seconds, top),
                     "refined": rank_metrics(predict(refine(base, [own], config), rated.features), rated.seconds,
                                             top)}
+                if given is not None:
+                    row[f"k{k}"]["given"] = rank_metrics(predict(given[0], rated.features), rated.seconds, top)
+                    row[f"k{k}"]["given-refined"] = rank_metrics(
+                        predict(refine(given[0], [own], config), rated.features), rated.seconds, top)
             rows.append(row)
             if write is not None:
                 write(_row_line(row, ks, top) + f"  [{time.perf_counter() - began:.0f} s]")
     order = {d.name: i for i, d in enumerate(data)}
     rows.sort(key=lambda r: order[r["workload"]])  # folds visit workloads out of order
-    return {"settings": {"ks": list(ks), "top": top, "folds": folds, "config": asdict(config),
-                         "k_split": "the first k records in measurement order train, the rest are rated"},
-            "rows": rows, "summary": summarize(rows, ks, top), "seconds": round(time.perf_counter() - start, 1)}
+    result: dict[str, Any] = {"settings": {"ks": list(ks), "top": top, "folds": folds, "config": asdict(config),
+                                           "k_split": "the first k records in measurement order train, the rest "
+                                                      "are rated"},
+                              "rows": rows, "summary": summarize(rows, ks, top)}
+    if given is not None:
+        result["given"] = {key: given[1].get(key) for key in ("target", "host", "corpus", "records", "created")}
+        unseen = [r for r in rows if not r["given_saw"]]
+        result["summary_unseen"] = summarize(unseen, ks, top) if unseen else None
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    return result
+
+
+def _trained_on(meta: dict[str, Any]) -> tuple[set[str], set[str]]:
+    """The structural hashes and the names of the workloads a model's meta says it was trained on."""
+    workloads = meta.get("workloads") or []
+    return ({str(w["structural_hash"]) for w in workloads if w.get("structural_hash")},
+            {w["name"] for w in workloads if w.get("name")})
 
 
 def _mean(values: list[float]) -> float | None:
@@ -126,10 +155,13 @@ def _arm(metrics: list[dict[str, Any]], top: int) -> dict[str, Any]:
 
 def summarize(rows: list[dict[str, Any]], ks: Sequence[int], top: int = 8) -> dict[str, Any]:
     """Per arm, over the held-out workloads: mean Spearman, top-k hit rate, geometric mean top-k ratio."""
+    given = any("given" in r for r in rows)
     out = {"pretrained (all records)": _arm([r["pretrained"] for r in rows], top)}
+    if given:
+        out["given (all records)"] = _arm([r["given"] for r in rows], top)
     for k in ks:
         cells = [r[f"k{k}"] for r in rows if r.get(f"k{k}")]
-        for arm in ("cold", "pretrained", "refined"):
+        for arm in ("cold", "pretrained", "refined") + (("given", "given-refined") if given else ()):
             out[f"k={k} {arm}"] = _arm([c[arm] for c in cells], top)
     return out
 
@@ -147,6 +179,8 @@ def _row_line(row: dict[str, Any], ks: Sequence[int], top: int) -> str:
     for k in ks:
         cell = row.get(f"k{k}")
         parts.append(" | ".join(_fmt(cell.get(a) if cell else None, top) for a in ("cold", "refined")))
+    if "given" in row:
+        parts.append(f"given{'' if row['given_saw'] else ' (unseen)'}: {_fmt(row['given'], top)}")
     return "  ".join(parts)
 
 
@@ -162,24 +196,47 @@ def format_table(result: dict[str, Any]) -> str:
     def show(v: Any, fmt: str) -> str:
         return format(v, fmt) if v is not None else "-"
 
-    for arm, s in result["summary"].items():
-        hits, ratio = show(s[f"top{top}_has_best_rate"], ".2f"), show(s[f"top{top}_ratio_geomean"], ".3f")
-        lines.append(f"{arm:30s} {s['workloads']:9d} {show(s['spearman_mean'], '+.3f'):>9s} {hits:>14s} {ratio:>22s}")
+    def block(summary: dict[str, Any]) -> None:
+        for arm, s in summary.items():
+            hits, ratio = show(s[f"top{top}_has_best_rate"], ".2f"), show(s[f"top{top}_ratio_geomean"], ".3f")
+            lines.append(f"{arm:30s} {s['workloads']:9d} {show(s['spearman_mean'], '+.3f'):>9s} {hits:>14s} "
+                         f"{ratio:>22s}")
+
+    block(result["summary"])
+    if "given" in result:
+        rows = result["rows"]
+        saw = sum(bool(r["given_saw"]) for r in rows)
+        lines.append(f"(given: the model from {_given_source(result['given'])}; it trained on {saw} of these "
+                     f"{len(rows)} workloads, on its own machine)")
+        if result.get("summary_unseen"):
+            lines += ["", f"the {len(rows) - saw} workloads the given model never saw:"]
+            block(result["summary_unseen"])
     return "\n".join(lines)
+
+
+def _given_source(given: dict[str, Any]) -> str:
+    host, target = given.get("host") or {}, given.get("target") or {}
+    cpu = host.get("cpu_model") or host.get("cpu") or target.get("mcpu") or target.get("kind") or "an unnamed machine"
+    mcpu = target.get("mcpu")
+    return f"{cpu}" + (f" (-mcpu={mcpu})" if mcpu and mcpu != cpu else "") + f", {given.get('records')} schedules"
 
 
 def evaluate_corpus(corpus: str | Path | Corpus, out: str | Path | None = None, ks: Sequence[int] = (8, 16, 32),
                     top: int = 8, config: TrainConfig = _DEFAULT_CONFIG, folds: int | None = None,
                     heldout: Iterable[str] | None = None, names: Iterable[str] | None = None, cache: bool = True,
-                    write: Callable[[str], None] | None = None) -> tuple[dict[str, Any], Path]:
-    """`evaluate` on a corpus's workloads (or `names`); writes the JSON to `out` (default logs/pretrained_eval_<target
-    kind>.json) and returns (result, path)."""
+                    write: Callable[[str], None] | None = None, given: str | Path | None = None
+                    ) -> tuple[dict[str, Any], Path]:
+    """`evaluate` on a corpus's workloads (or `names`), with `given` a model file to rate beside them; writes the
+    JSON to `out` (default logs/pretrained_eval_<target kind>.json) and returns (result, path)."""
     corpus = corpus if isinstance(corpus, Corpus) else Corpus(corpus)
     manifest = corpus.read_manifest()
+    loaded = _load_given(given, manifest) if given is not None else None  # a bad file fails before the features
     start = time.perf_counter()
     data = corpus_features(corpus, names, cache=cache, write=write)
     features_seconds = time.perf_counter() - start
-    result = evaluate(data, ks, top, config, folds, heldout, write)
+    result = evaluate(data, ks, top, config, folds, heldout, write, loaded)
+    if loaded is not None:
+        result["given"]["path"] = str(given)
     kind = manifest.get("target_kind", "unknown")
     result = {"corpus": str(corpus.path), "target": manifest.get("target"), "host": manifest.get("host"),
               "workloads": len(data), "records": sum(len(d) for d in data),
@@ -188,6 +245,17 @@ def evaluate_corpus(corpus: str | Path | Corpus, out: str | Path | None = None, 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     return result, path
+
+
+def _load_given(path: str | Path, manifest: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """A model file to rate beside the corpus's own models; one for another target kind (a CUDA model on a CPU
+    corpus) is refused, naming both, since its ratings would mean nothing here."""
+    booster, meta = load_model(path)
+    mine, theirs = manifest.get("target_kind"), meta.get("target_kind")
+    if mine and theirs and mine != theirs:
+        raise CorpusError(f"model {path} was trained for target kind {theirs!r}, the corpus is {mine!r}: rate it on "
+                          f"a {theirs} corpus")
+    return booster, meta
 
 
 __all__ = ["evaluate", "evaluate_corpus", "format_table", "rank_metrics", "summarize"]
