@@ -243,13 +243,14 @@ def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", 
 def table(out: dict) -> str:
     """The demo's one table: each arm's latency, how much faster tvm-rl's result is, tuning time, measurements."""
     arms, ours = out["arms"], out["arms"]["tvm_rl"]["ms"]
-    head = f"{'arm':<48}{'median ms':>10}{'tvm-rl speedup':>16}{'tuning s':>10}{'measured':>10}{'correct':>9}"
+    width = max(48, *(len(arm["label"]) + 2 for arm in arms.values()))
+    head = f"{'arm':<{width}}{'median ms':>10}{'tvm-rl speedup':>16}{'tuning s':>10}{'measured':>10}{'correct':>9}"
     lines = [f"{out['model']} on {out['target']}, {out['threads']} threads, medians of {out['rounds']} "
              "interleaved rounds", head, "-" * len(head)]
     for arm in arms.values():
         tuning = f"{arm['tuning_s']:.0f}" if "tuning_s" in arm else "-"
         measured = str(arm["measurements"]) if "measurements" in arm else "-"
-        lines.append(f"{arm['label']:<48}{arm['ms']:>10.3f}{arm['ms'] / ours:>15.2f}x{tuning:>10}{measured:>10}"
+        lines.append(f"{arm['label']:<{width}}{arm['ms']:>10.3f}{arm['ms'] / ours:>15.2f}x{tuning:>10}{measured:>10}"
                      f"{'yes' if arm['correct'] else 'NO':>9}")
     lines.append("tvm-rl speedup = that arm's latency / tvm_rl.optimize's (above 1: tvm-rl is faster)")
     return "\n".join(lines)

@@ -76,3 +76,13 @@ def test_demo_runs_every_arm_once_and_resumes(tmp_path, capsys):
     again = json.loads((run_dir / "demo.json").read_text())
     for key in ("tvm_rl", "evolutionary"):
         assert again["arms"][key]["measurements"] == result["arms"][key]["measurements"]
+
+
+def test_table_columns_stay_aligned_with_long_arm_names():
+    long = "tvm_rl.optimize (graph pass + evolutionary search, 32/kernel)"
+    out = {"model": "m", "target": "llvm", "threads": 2, "rounds": 3, "arms": {
+        "pytorch": {"label": "PyTorch eager", "ms": 2.0, "correct": True},
+        "tvm_rl": {"label": long, "ms": 1.0, "correct": True}}}
+    lines = demo.table(out).splitlines()
+    head, rows = lines[1], lines[3:5]
+    assert all(len(row) == len(head) for row in rows)  # the label column widens rather than pushing the rest

@@ -1,6 +1,7 @@
 """The pre-trained cost model: training on a corpus, its file (round trip, across processes, clear errors), the
 online model MetaSchedule drives, and the leave-one-workload-out evaluation. Synthetic data or a corpus written
 without measuring (`kernels.fake_corpus`): seconds each."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -217,9 +218,12 @@ def test_cli_evaluate_against_a_model_file_or_the_shipped_one(tmp_path, corpus, 
     assert [r["given_saw"] for r in result["rows"]] == [True, True, False]
     assert result["given"]["path"] == str(model) and "the 1 workloads the given model never saw" in printed
     assert corpus_main(["evaluate", "--corpus", str(corpus.path), "--out", str(out), "--ks", "4", "--top", "4",
-                        "--max-rounds", "30", "--model", "shipped"]) == 0
+                        "--max-rounds", "30", "--model", "shipped", "--refine-calibrated"]) == 0
     capsys.readouterr()
-    assert json.loads(out.read_text())["given"]["path"] == str(cost_model.shipped_model("llvm"))
+    shipped = json.loads(out.read_text())
+    # The shipped file by its place in the package, not this machine's file system.
+    assert shipped["given"]["path"] == "tvm_rl/tune/models/cost_model_llvm.npz"
+    assert shipped["settings"]["config"]["refine_calibrate"] is True
     # A model for another target kind is refused before any feature is extracted, naming both kinds.
     booster, meta = P.load_model(model)
     P.save_model(booster, tmp_path / "gpu.npz", {**meta, "target_kind": "cuda"})
@@ -307,3 +311,42 @@ def test_evolutionary_search_with_the_pretrained_model(tmp_path, corpus, cpu):
     _, report = tune_workloads([("mm24", matmul(24), 1.0)], cpu, tmp_path / "db", trials_per_kernel=4,
                                trials_per_iter=2, strategy="evolutionary", cost_model=model)
     assert report.measured == 4 and model.data_size == 4
+
+
+def test_calibrated_refinement_maps_scores_onto_the_base_scale(monkeypatch):
+    data = synthetic(n_workloads=1)[0]
+    scores = P.normalized_scores(data.seconds).astype(np.float64)
+    ok = scores > 0
+    monkeypatch.setattr(P, "predict", lambda base, features: 3.0 * scores + 2.0)  # right order, other scale
+    assert np.allclose(P._on_base_scale(None, data)[ok], 3.0 * scores[ok] + 2.0)
+    # A base that ranks the workload backwards: its spread is kept, the order is the truth's.
+    monkeypatch.setattr(P, "predict", lambda base, features: 5.0 - 2.0 * scores)
+    mapped = P._on_base_scale(None, data)[ok]
+    assert np.corrcoef(mapped, scores[ok])[0, 1] == pytest.approx(1.0)
+    assert np.std(mapped) == pytest.approx(2.0 * np.std(scores[ok])) and np.mean(mapped) == pytest.approx(
+        np.mean(5.0 - 2.0 * scores[ok]))
+
+
+def test_calibrated_refinement_is_an_option_that_fits_other_trees():
+    data = synthetic()
+    base = P.train(data[1:], FAST)
+    own = [data[0].subset(range(8))]
+    plain = P.refine(base, own, FAST)
+    calibrated = P.refine(base, own, dataclasses.replace(FAST, refine_calibrate=True))
+    assert not P.TrainConfig().refine_calibrate  # off by default: docs/tuner_corpus.md says why
+    assert calibrated.num_boosted_rounds() == plain.num_boosted_rounds()
+    assert not np.array_equal(P.predict(calibrated, data[0].features), P.predict(plain, data[0].features))
+
+
+def test_the_online_model_takes_single_settings(tmp_path, corpus, cpu):
+    path, _ = P.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
+    frozen = cost_model.create("xgb-pretrained", path=path, refine_rounds=0)
+    assert frozen.config.refine_rounds == 0 and frozen.config.max_rounds == FAST.max_rounds  # the rest: the file's
+    records = corpus.load("matmul16")
+    context = ms.TuneContext(mod=records.mod, target=cpu, task_name="matmul16")
+    candidates = [r.as_measure_candidate() for r in records.records]
+    first = frozen.predict(context, candidates)
+    frozen.update(context, candidates[:8], [ms.runner.RunnerResult([s], None) for s in records.seconds[:8]])
+    assert frozen.data_size == 8 and np.array_equal(frozen.predict(context, candidates), first)  # never refined
+    with pytest.raises(TvmRlError, match="unknown cost model setting.*refine_speed"):
+        cost_model.create("xgb-pretrained", path=path, refine_speed=2)

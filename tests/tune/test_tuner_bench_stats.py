@@ -145,3 +145,16 @@ def test_ablation_pairs_compare_each_pair_present_at_the_budget():
     assert at2[0]["ratio"] == pytest.approx(math.sqrt(4.0)) and at2[0]["pairs"] == 2  # 4x on t, 1x on u
     assert at2[0]["trials"] == 2 and "learning" in at2[0]["share"]
     assert S.ablation_pairs(runs, 4, n_boot=200)[0]["ratio"] == pytest.approx(math.sqrt(2.0))  # walks got to 2.0
+
+
+def test_the_default_arms_ablations_need_a_model_file():
+    from tvm_rl.tune.benchmark import _parser, make_arms
+
+    args = _parser("bench").parse_args([])
+    args.cost_model_file = None
+    arms, skipped = make_arms(args)
+    assert {"evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated"} <= set(skipped)
+    args.cost_model_file = "model.npz"  # read only when an arm's cost model is made
+    arms, skipped = make_arms(args)
+    assert {"evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated"} <= set(arms)
+    assert ("evolutionary-pretrained", "evolutionary-pretrained-frozen") in [p[:2] for p in S.ABLATION_PAIRS]

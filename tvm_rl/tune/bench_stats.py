@@ -231,6 +231,9 @@ ABLATION_PAIRS = [
     ("ppo-pretrained", "ppo-pretrained-model", "the pre-trained agent's share (same model)"),
     ("ppo-pretrained", "evolutionary-pretrained", "the agent against evolutionary search (same model)"),
     ("ppo-pretrained", "random-walk", "PPOSearch with both shipped parts against untrained walks"),
+    ("evolutionary-pretrained", "evolutionary-pretrained-frozen", "online refinement's share (same model and search)"),
+    ("evolutionary-pretrained-calibrated", "evolutionary-pretrained",
+     "refinement on the model's own scale against the default's refinement"),
 ]
 
 

@@ -45,7 +45,7 @@ QUICK_TASKS = ["depthwise_conv2d_n1_c24_h112_w112_o24_k3_s2_p1", "batch_matmul_b
                "conv2d_n1_c256_h28_w28_o256_k1_s1_p0"]
 ARMS = ["evolutionary", "evolutionary-pretrained", "ppo", "ppo-pretrained-model", "ppo-pretrained", "random-walk",
         "ppo-topk", "random"]
-EXTRA_ARMS = ["annealing"]
+EXTRA_ARMS = ["annealing", "evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated"]
 
 
 def transformer_tasks() -> dict[str, TophubTask]:
@@ -86,8 +86,12 @@ def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]
     def xgb() -> ms.CostModel:
         return create_cost_model("xgb")
 
-    def pretrained() -> ms.CostModel:
-        return create_cost_model("xgb-pretrained", path=args.cost_model_file) if args.cost_model_file else xgb()
+    def pretrained(**settings: Any) -> Callable[[], ms.CostModel]:
+        def make() -> ms.CostModel:
+            if not args.cost_model_file:
+                return xgb()
+            return create_cost_model("xgb-pretrained", path=args.cost_model_file, **settings)
+        return make
 
     def annealing(seed: int) -> ms.SearchStrategy:
         from .search_strategy.annealing import SimulatedAnnealing
@@ -101,15 +105,22 @@ def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]
             Arm("annealing", annealing, xgb, True)]
     skipped = {}
     if args.cost_model_file:
-        arms.append(Arm("evolutionary-pretrained", evolutionary, pretrained, False))
+        arms.append(Arm("evolutionary-pretrained", evolutionary, pretrained(), False))
+        # The default's own ablations: the model never refined on the run's records, and refined on them mapped
+        # onto its own scale first (`pretrained._on_base_scale`).
+        arms.append(Arm("evolutionary-pretrained-frozen", evolutionary, pretrained(refine_rounds=0), False))
+        arms.append(Arm("evolutionary-pretrained-calibrated", evolutionary, pretrained(refine_calibrate=True),
+                        False))
         # The untrained agent with the pre-trained model: what "ppo-pretrained" gains over it is the policy's.
-        arms.append(Arm("ppo-pretrained-model", lambda seed: PPOSearch(config=config(seed), seed=seed), pretrained,
-                        True))
+        arms.append(Arm("ppo-pretrained-model", lambda seed: PPOSearch(config=config(seed), seed=seed),
+                        pretrained(), True))
     else:
-        skipped["evolutionary-pretrained"] = "no --cost-model-file (a model from `tvm-rl corpus train`)"
+        for name in ("evolutionary-pretrained", "evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated",
+                     "ppo-pretrained-model"):
+            skipped[name] = "no --cost-model-file (a model from `tvm-rl corpus train`)"
     if args.policy:
         arms.append(Arm("ppo-pretrained", lambda seed: PPOSearch(agent=PPOAgent.load(args.policy), seed=seed),
-                        pretrained, True))
+                        pretrained(), True))
     else:
         skipped["ppo-pretrained"] = "no --policy (a tuner agent saved with PPOAgent.save)"
     arms.append(Arm("random-walk", lambda seed: PPOSearch(config=config(seed), seed=seed, learn=False), xgb, True))

@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl corpus") -> int:
     evaluate.add_argument("--refine-rounds", type=int, default=None,
                           help="trees the online refinement fits on a workload's own records (default 20; 0: none)")
     evaluate.add_argument("--refine-eta", type=float, default=None, help="their learning rate (default 0.1)")
+    evaluate.add_argument("--refine-calibrated", action="store_true",
+                          help="fit the refinement's trees to the workload's scores mapped onto the model's own "
+                               "scale for it, not to the raw normalised scores (docs/tuner_corpus.md)")
     evaluate.add_argument("--no-cache", action="store_true", help="extract features again")
     evaluate.add_argument("--model", default=None, metavar="FILE|shipped",
                           help="also rate with this model file (`shipped`: the one tvm-rl ships for the corpus's "
@@ -131,7 +134,8 @@ def _config(args: argparse.Namespace):
     from .pretrained import TrainConfig
 
     given = {"max_rounds": args.max_rounds, "refine_rounds": getattr(args, "refine_rounds", None),
-             "refine_eta": getattr(args, "refine_eta", None)}
+             "refine_eta": getattr(args, "refine_eta", None),
+             "refine_calibrate": True if getattr(args, "refine_calibrated", False) else None}
     return TrainConfig(**{k: v for k, v in given.items() if v is not None})
 
 

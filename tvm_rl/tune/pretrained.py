@@ -23,7 +23,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -181,6 +181,7 @@ class TrainConfig:
     nthread: int | None = None  # None: physical cores
     refine_rounds: int = 20
     refine_eta: float = 0.1
+    refine_calibrate: bool = False  # see _on_base_scale: mixed offline, so off until a tuning benchmark says
 
     def params(self, eta: float | None = None) -> dict[str, Any]:
         from tvm.s_tir.meta_schedule.utils import cpu_count
@@ -199,11 +200,18 @@ def _pack(data: Sequence[WorkloadFeatures], labels: bool = True):
     return PackSum(xs=xs, ys=ys)
 
 
-def _fit(pack, config: TrainConfig, rounds: int, eta: float | None = None, base=None, early_stopping: int = 0):
+def _fit(pack, config: TrainConfig, rounds: int, eta: float | None = None, base=None, early_stopping: int = 0,
+         targets: np.ndarray | None = None):
+    """XGBModel's fit; with `targets` (one per schedule), the trees fit those instead of the pack's labels, each
+    schedule still weighted by its label (its normalised score), as XGBModel weights it."""
     import xgboost as xgb
 
     def objective(preds, dtrain):
-        return pack.obj_square_error(preds)
+        if targets is None:
+            return pack.obj_square_error(preds)
+        weight = pack.dmatrix.get_label()
+        gradient = pack.predict_with_score(preds)[pack.ids] - targets[pack.ids]
+        return gradient * weight, weight.copy()
 
     def p_rmse(preds, dtrain):
         return pack.rmse(preds)
@@ -232,7 +240,26 @@ def refine(base, data: Sequence[WorkloadFeatures], config: TrainConfig = TrainCo
     data = [d for d in data if len(d.valid)]
     if not data or config.refine_rounds <= 0:
         return base
-    return _fit(_pack(data), config, config.refine_rounds, eta=config.refine_eta, base=base)
+    pack = _pack(data)
+    targets = np.concatenate([_on_base_scale(base, d) for d in data]) if config.refine_calibrate else None
+    return _fit(pack, config, config.refine_rounds, eta=config.refine_eta, base=base, targets=targets)
+
+
+def _on_base_scale(base, data: WorkloadFeatures) -> np.ndarray:
+    """A workload's normalised scores mapped affinely onto the base booster's scale for it (least squares over
+    its valid records). Why: pack-sum sums one prediction per buffer store, so trees that merely correct the
+    base's offset or scale on a new workload add a constant per store and reorder schedules by their store
+    count; on the base's own scale the trees are left only the order the base got wrong. Where the base ranks
+    the records backwards, the scale is matched by spread instead, so the trees still pull towards the truth."""
+    scores = normalized_scores(data.seconds).astype(np.float64)
+    predicted = predict(base, data.features)
+    ok = scores > 0
+    if ok.sum() < 2 or np.std(scores[ok]) == 0:
+        return scores + (float(np.mean(predicted[ok] - scores[ok])) if ok.any() else 0.0)
+    slope = float(np.cov(predicted[ok], scores[ok], bias=True)[0, 1] / np.var(scores[ok]))
+    if slope <= 0:
+        slope = float(np.std(predicted[ok]) / np.std(scores[ok])) or 1.0
+    return slope * scores + float(np.mean(predicted[ok]) - slope * np.mean(scores[ok]))
 
 
 def predict(booster, features: Sequence[np.ndarray]) -> np.ndarray:
@@ -323,13 +350,19 @@ class PretrainedXGBModel(PyCostModel):
     on every `update`, refits `config.refine_rounds` trees on all the records it has been given, on top of the
     pre-trained booster. `num_warmup_samples` is 0: its ratings count from the start."""
 
-    def __init__(self, path: str | os.PathLike, config: TrainConfig | None = None) -> None:
+    def __init__(self, path: str | os.PathLike, config: TrainConfig | None = None, **overrides: Any) -> None:
+        """`config` replaces the settings stored in the file; `overrides` change single ones (`refine_rounds=0`:
+        the model is never refined)."""
         super().__init__()
         self.path = Path(path)
         self.base, self.meta = load_model(self.path)
         stored = self.meta.get("config") or {}
         known = {k: v for k, v in stored.items() if k in TrainConfig.__dataclass_fields__}
-        self.config = config or TrainConfig(**known)
+        unknown = set(overrides) - set(TrainConfig.__dataclass_fields__)
+        if unknown:
+            raise TvmRlError(f"unknown cost model setting(s) {', '.join(sorted(unknown))}; TrainConfig has "
+                             f"{', '.join(TrainConfig.__dataclass_fields__)}")
+        self.config = replace(config or TrainConfig(**known), **overrides)
         self.booster = self.base
         self.data: OrderedDict[str, WorkloadFeatures] = OrderedDict()
         self.extractor = ms.feature_extractor.PerStoreFeature()

@@ -235,8 +235,8 @@ def evaluate_corpus(corpus: str | Path | Corpus, out: str | Path | None = None, 
     data = corpus_features(corpus, names, cache=cache, write=write)
     features_seconds = time.perf_counter() - start
     result = evaluate(data, ks, top, config, folds, heldout, write, loaded)
-    if loaded is not None:
-        result["given"]["path"] = str(given)
+    if loaded is not None and given is not None:
+        result["given"]["path"] = _shown(given)
     kind = manifest.get("target_kind", "unknown")
     result = {"corpus": str(corpus.path), "target": manifest.get("target"), "host": manifest.get("host"),
               "workloads": len(data), "records": sum(len(d) for d in data),
@@ -245,6 +245,16 @@ def evaluate_corpus(corpus: str | Path | Corpus, out: str | Path | None = None, 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     return result, path
+
+
+def _shown(path: str | Path) -> str:
+    """A model file's path as the JSON records it: the shipped one relative to the package's folder, so a result
+    does not carry the evaluating machine's file system; any other as given."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 def _load_given(path: str | Path, manifest: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

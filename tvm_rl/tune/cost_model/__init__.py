@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from tvm.s_tir import meta_schedule as ms
 
@@ -26,12 +27,13 @@ def shipped_model(target_kind: str = "llvm") -> Path | None:
 
 
 def create(name: str = "xgb", seed: int = 0, path: str | os.PathLike | None = None,
-           target_kind: str = "llvm") -> ms.CostModel:
+           target_kind: str = "llvm", **settings: Any) -> ms.CostModel:
     """A fresh cost model: "xgb" is MetaSchedule's XGBModel with no warm-up (it would rate at random for its
     first 100 samples, the whole budget of a short run, so walks guided by it would be blind), "random" rates
     at random (the control arm), "xgb-pretrained" loads the pre-trained model file `path`, by default the one
     shipped for `target_kind` (`tune.pretrained.PretrainedXGBModel`; a PretrainedModelError names a missing or
-    unreadable file, or says that no model is shipped for the target kind)."""
+    unreadable file, or says that no model is shipped for the target kind); `settings` change its `TrainConfig`
+    (`refine_rounds=0`: never refined on the run's records)."""
     if name == "xgb":
         return ms.cost_model.XGBModel(num_warmup_samples=0)
     if name == "random":
@@ -43,7 +45,7 @@ def create(name: str = "xgb", seed: int = 0, path: str | os.PathLike | None = No
         if path is None:
             raise PretrainedModelError(f"no pre-trained cost model is shipped for {target_kind!r} targets; give "
                                        "the path of one (`tvm-rl corpus train` writes one; docs/tuner_corpus.md)")
-        return PretrainedXGBModel(path)
+        return PretrainedXGBModel(path, **settings)
     raise TvmRlError(f"unknown cost model {name!r}; choose one of {', '.join(NAMES)}")
 
 
