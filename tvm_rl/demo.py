@@ -264,7 +264,7 @@ def write_plot(out: dict, databases: dict[str, Path], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     arms = out["arms"]
-    fig, (bars, curves) = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, (bars, curves) = plt.subplots(1, 2, figsize=(12, 5))
     keys = list(arms)
     bars.barh(range(len(keys)), [arms[k]["ms"] for k in keys],
               color=[{"tvm_rl": "#d62", "rl_pass_evolutionary": "#e9a"}.get(k, "#69c" if "tvm" in k or "evo" in k
@@ -280,8 +280,9 @@ def write_plot(out: dict, databases: dict[str, Path], path: Path) -> None:
     curves.set_yscale("log")
     curves.set_xlabel("measurements")
     curves.set_ylabel("sum of best kernel latencies so far (ms)")
-    curves.set_title("tuning curves (kernels of each arm's own graph)")
-    curves.legend(fontsize=8)
+    curves.set_title("tuning curves\n(the kernels of each arm's own graph)", fontsize=10)
+    # Below the axes: the arms' labels are long and would cover the curves' ends.
+    curves.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
