@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import TvmRlError
 from .corpus import FAILED_SECONDS, Corpus, CorpusError
-from .pretrained import TrainConfig, WorkloadFeatures, corpus_features, load_model, predict, refine, train
+from .corpus_features import WorkloadFeatures, corpus_features
+from .pretrained import TrainConfig, load_model, predict, refine, train
 
 # A frozen dataclass: one shared default is safe (as `pretrained.train`'s is).
 _DEFAULT_CONFIG = TrainConfig()
