@@ -18,6 +18,7 @@ from .intrin import preload_tensor_intrinsics
 EXTRACTOR = "per-store-feature"
 FEATURE_CACHE_VERSION = 1
 
+
 @dataclass
 class WorkloadFeatures:
     """One workload's measured schedules as the model sees them: a (stores x features) array per schedule and
