@@ -50,3 +50,30 @@ def test_the_public_terminate_workers_is_used_where_python_has_it():
                            shutdown=lambda **kw: calls.append("shutdown"))
     stop_workers(pool)  # type: ignore[arg-type]
     assert calls == ["terminate"]
+
+
+def _worker_state() -> tuple[bool, bool]:
+    import signal
+
+    from tqdm import tqdm
+    from tqdm.std import TqdmDefaultWriteLock  # the lock tqdm makes itself, around a multiprocessing.RLock
+    return signal.getsignal(signal.SIGINT) == signal.SIG_IGN, isinstance(tqdm.get_lock(), TqdmDefaultWriteLock)
+
+
+def test_workers_leave_ctrl_c_to_the_main_process_and_hold_no_process_shared_tqdm_lock():
+    """Ctrl-C reaches the whole process group: a worker that took it died with its own traceback, and one terminated
+    by stop_workers leaked tqdm's process-shared semaphore (the resource tracker's warning at exit)."""
+    import os
+    import signal
+    from multiprocessing import get_context
+
+    from tvm_rl.graph.train import _init_worker
+
+    with ProcessPoolExecutor(1, mp_context=get_context("fork"), initializer=_init_worker) as pool:
+        ignores, tqdm_default_lock = pool.submit(_worker_state).result(timeout=60)
+        (pid,) = pool._processes
+        os.kill(pid, signal.SIGINT)
+        assert pool.submit(_worker_state).result(timeout=60)[0]  # the same worker lived through it
+        assert list(pool._processes) == [pid]
+    assert ignores
+    assert not tqdm_default_lock

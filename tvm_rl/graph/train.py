@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
@@ -24,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from ..errors import CheckpointError, UnknownModelError, exit_code
 from ..interrupt import interrupt_pending
@@ -173,6 +176,15 @@ def play(env, policy: GraphActorCritic, rng: np.random.Generator, model: str = "
 # ---- worker processes: each keeps its own environments, receives the current weights, returns episodes
 
 _WORKER_ENVS: dict = {}
+
+
+def _init_worker() -> None:
+    """Pool initializer. Ctrl-C reaches the whole process group, and a worker that took it would die with its own
+    traceback: the main process decides, and terminates the workers (`stop_workers`) when it is interrupted. And
+    tqdm's class lock is made a thread lock: tqdm would create a process-shared one, whose semaphore a terminated
+    worker never releases (the resource tracker's "leaked semaphore" warning at exit)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tqdm.set_lock(threading.RLock())
 
 
 def _worker_play(model: str, config: TrainConfig, state: dict, seed: int, features: FeatureSpec) -> Episode:
@@ -346,7 +358,8 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
         if progress:
             print(f"imitation: {len(pairs)} greedy decisions from {config.imitation_episodes} episodes, "
                   f"cross-entropy {loss:.3f} [{time.perf_counter() - t0:.0f} s]", flush=True)
-    pool = (ProcessPoolExecutor(config.workers, mp_context=get_context("spawn")) if config.workers > 1 else None)
+    pool = (ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=_init_worker)
+            if config.workers > 1 else None)
     try:
         for it in range(start, config.iterations):
             t0 = time.perf_counter()
@@ -355,8 +368,10 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
             policy.eval()
             if pool is not None:
                 state = policy.state_dict()
-                episodes = list(pool.map(_worker_play, [m for m, _ in jobs], [config] * len(jobs),
-                                         [state] * len(jobs), [s for _, s in jobs], [features] * len(jobs)))
+                # submit, not map: an interrupted map cancels its futures from this thread, behind the pool's
+                # manager thread, which then fails them again when stop_workers breaks the pool (InvalidStateError)
+                futures = [pool.submit(_worker_play, m, config, state, s, features) for m, s in jobs]
+                episodes = [f.result() for f in futures]
             else:
                 episodes = [play(envs[m], policy, np.random.default_rng(s), m) for m, s in jobs]
             if interrupt_pending():  # an interrupt swallowed mid-episode may have cut it short: do not learn from it
