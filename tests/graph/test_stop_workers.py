@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import psutil
 
-from tvm_rl.graph.train import stop_workers
+from tvm_rl.graph.train_pool import stop_workers
 
 
 def _ends_within(pid: int, seconds: float) -> bool:
@@ -67,7 +67,7 @@ def test_workers_leave_ctrl_c_to_the_main_process_and_hold_no_process_shared_tqd
     import signal
     from multiprocessing import get_context
 
-    from tvm_rl.graph.train import _init_worker
+    from tvm_rl.graph.train_pool import _init_worker
 
     with ProcessPoolExecutor(1, mp_context=get_context("fork"), initializer=_init_worker) as pool:
         ignores, tqdm_default_lock = pool.submit(_worker_state).result(timeout=60)

@@ -14,19 +14,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
-import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..errors import CheckpointError, UnknownModelError, exit_code
 from ..interrupt import interrupt_pending
@@ -39,6 +34,7 @@ from .observation import Decision, FeatureSpec, decision_from_observation
 from .risk_seeking import risk_seeking_advantages
 from .rules import all_rules, with_all_matches
 from .train_files import load_checkpoint, plain_rows, plot_training, write_csv
+from .train_pool import open_pool, play_in_pool, stop_workers
 
 
 @dataclass
@@ -171,29 +167,6 @@ def play(env, policy: GraphActorCritic, rng: np.random.Generator, model: str = "
     ep.speedup = info["initial_cost_ms"] / info["best_cost_ms" if env.reward == "best" else "cost_ms"]
     ep.applied = info["applied"]
     return ep
-
-
-# ---- worker processes: each keeps its own environments, receives the current weights, returns episodes
-
-_WORKER_ENVS: dict = {}
-
-
-def _init_worker() -> None:
-    """Pool initializer. Ctrl-C reaches the whole process group, and a worker that took it would die with its own
-    traceback: the main process decides, and terminates the workers (`stop_workers`) when it is interrupted. And
-    tqdm's class lock is made a thread lock: tqdm would create a process-shared one, whose semaphore a terminated
-    worker never releases (the resource tracker's "leaked semaphore" warning at exit)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    tqdm.set_lock(threading.RLock())
-
-
-def _worker_play(model: str, config: TrainConfig, state: dict, seed: int, features: FeatureSpec) -> Episode:
-    torch.set_num_threads(1)
-    if model not in _WORKER_ENVS:
-        _WORKER_ENVS[model] = make_env(model, config, features)
-    policy = GraphActorCritic(PolicyConfig(config.hidden, config.gat_layers, config.heads))
-    policy.load_state_dict(state)
-    return play(_WORKER_ENVS[model], policy, np.random.default_rng(seed), model)
 
 
 def advantages(ep: Episode, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
@@ -358,8 +331,7 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
         if progress:
             print(f"imitation: {len(pairs)} greedy decisions from {config.imitation_episodes} episodes, "
                   f"cross-entropy {loss:.3f} [{time.perf_counter() - t0:.0f} s]", flush=True)
-    pool = (ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=_init_worker)
-            if config.workers > 1 else None)
+    pool = open_pool(config.workers) if config.workers > 1 else None
     try:
         for it in range(start, config.iterations):
             t0 = time.perf_counter()
@@ -367,11 +339,7 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
                      int(rng.integers(2 ** 31))) for e in range(config.episodes_per_iteration)]
             policy.eval()
             if pool is not None:
-                state = policy.state_dict()
-                # submit, not map: an interrupted map cancels its futures from this thread, behind the pool's
-                # manager thread, which then fails them again when stop_workers breaks the pool (InvalidStateError)
-                futures = [pool.submit(_worker_play, m, config, state, s, features) for m, s in jobs]
-                episodes = [f.result() for f in futures]
+                episodes = play_in_pool(pool, jobs, config, policy.state_dict(), features)
             else:
                 episodes = [play(envs[m], policy, np.random.default_rng(s), m) for m, s in jobs]
             if interrupt_pending():  # an interrupt swallowed mid-episode may have cut it short: do not learn from it
@@ -413,21 +381,6 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
         if pool is not None:
             pool.shutdown()
     return policy.eval()
-
-
-def stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Cancel `pool`'s queued episodes and terminate the processes playing the others. An interrupt sent to this
-    process alone (not its whole process group, as Ctrl-C is) would otherwise wait for them to play out."""
-    terminate = getattr(pool, "terminate_workers", None)  # public from Python 3.14
-    if terminate is not None:
-        terminate()
-        return
-    # Before 3.14 ProcessPoolExecutor has no public way to stop a running task: its processes are reached through
-    # _processes (which shutdown clears).
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in processes:
-        proc.terminate()
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> None:
