@@ -52,4 +52,5 @@ def test_pairs_table_names_each_share_and_says_when_none_applies():
     # ppo 2x its walks on t (1.0 vs 2.0), 1/9 on u: geomean sqrt(2/9).
     assert ("| learning's share (PPO updates against the same walks without them) | ppo vs random-walk | 0.47x ["
             in table)
+    assert "| trials to target within 3, saving [95% CI] |" in table.splitlines()[0]
     assert "(no ablation pair" in format_pairs(bench_stats.ablation_pairs(RUNS, 3))

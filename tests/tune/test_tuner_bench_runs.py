@@ -93,20 +93,22 @@ def test_benchmark_end_to_end_and_resume(tmp_path, capsys):
     from tvm_rl.tune.benchmark import main
 
     task = "batch_matmul_b12_m128_n128_k64"
-    argv = ["--tasks", task, "--arms", "evolutionary", "random", "--trials", "16", "--seeds", "1",
-            "--load-wait", "0", "--retime-passes", "2", "--out", str(tmp_path / "tuner.json")]
+    argv = ["--tasks", task, "--arms", "evolutionary-own-first", "evolutionary", "random", "--trials", "16",
+            "--seeds", "1", "--load-wait", "0", "--retime-passes", "2", "--out", str(tmp_path / "tuner.json")]
     assert main(argv) == 0
     first = capsys.readouterr().out
     state = json.loads((tmp_path / "tuner.json").read_text())
     assert (tmp_path / "tuner.png").stat().st_size > 0
     runs = {r["arm"]: r for r in state["runs"]}
-    assert set(runs) == {"evolutionary", "random"}
+    assert set(runs) == {"evolutionary-own-first", "evolutionary", "random"}
     for r in runs.values():
-        assert r["trials"] == 16 and r["shared"] == 8  # the shared batch counts in the budget
-        assert len(r["retimed"]) == len(r["improvers"]) >= 1 and "busy" in r["load"]
-    # Both arms start from the same measured batch.
+        assert r["trials"] == 16 and len(r["retimed"]) == len(r["improvers"]) >= 1 and "busy" in r["load"]
+    # The shared batch counts in the budget, and both arms that share it start from the same measured batch; the
+    # arm that picks its own (first in the order, before the shared batch existed) measured all 16 itself.
+    assert runs["evolutionary"]["shared"] == runs["random"]["shared"] == 8
     assert runs["evolutionary"]["tuning_seconds"][:8] == runs["random"]["tuning_seconds"][:8]
-    assert "| evolutionary | 1 |" in first and "| random | 1 |" in first and f"[2/2] {task} random seed 0:" in first
+    assert runs["evolutionary-own-first"]["shared"] == 0 and list(state["shared"]) == [f"{task}|0"]
+    assert "| evolutionary | 1 |" in first and "| random | 1 |" in first and f"[3/3] {task} random seed 0:" in first
     assert task in state["targets"] and state["cost"]["total_seconds"] > 0
 
     assert main(argv) == 0  # a rerun: nothing new to tune or re-time
@@ -114,6 +116,7 @@ def test_benchmark_end_to_end_and_resume(tmp_path, capsys):
     resumed = json.loads((tmp_path / "tuner.json").read_text())
     assert [r["started"] for r in resumed["runs"]] == [r["started"] for r in state["runs"]]
     assert f"] {task} evolutionary seed 0:" not in again and f"re-timing {task}" not in again
+    assert f"] {task} evolutionary-own-first seed 0:" not in again
     assert "| random | 1 |" in again
     assert resumed["cost"]["shared_seconds"] == state["cost"]["shared_seconds"]
 

@@ -147,14 +147,31 @@ def test_ablation_pairs_compare_each_pair_present_at_the_budget():
     assert S.ablation_pairs(runs, 4, n_boot=200)[0]["ratio"] == pytest.approx(math.sqrt(2.0))  # walks got to 2.0
 
 
+def test_ablation_pairs_give_the_saving_in_trials_to_target_too():
+    # t's target is 1.0 (x slack 1.0): the own-first arm is there at trial 1, the shared-batch arm at trial 3, so
+    # 3x on t; on u neither gets there within 4, both count 5: 1x. Geomean sqrt(3).
+    runs = [run("t", "evolutionary-pretrained-own-first", 0, {0: 1.0}, n=4),
+            run("t", "evolutionary-pretrained", 0, {0: 4.0, 2: 1.0}, n=4),
+            run("u", "evolutionary-pretrained-own-first", 0, {0: 3.0}, n=4),
+            run("u", "evolutionary-pretrained", 0, {0: 3.0}, n=4), run("u", "evolutionary", 0, {0: 1.0}, n=5)]
+    pairs = {(p["arm"], p["baseline"]): p for p in S.ablation_pairs(runs, 4, n_boot=200, slack=1.0)}
+    pair = pairs[("evolutionary-pretrained-own-first", "evolutionary-pretrained")]
+    assert pair["trials_saving"]["ratio"] == pytest.approx(math.sqrt(3.0)) and pair["trials_saving"]["pairs"] == 2
+    assert pair["ratio"] == pytest.approx(1.0)  # the same best latency by trial 4
+    assert "first batch" in pair["share"]
+
+
 def test_the_default_arms_ablations_need_a_model_file():
     from tvm_rl.tune.benchmark import _parser, make_arms
 
     args = _parser("bench").parse_args([])
     args.cost_model_file = None
     arms, skipped = make_arms(args)
-    assert {"evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated"} <= set(skipped)
+    assert {"evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated",
+            "evolutionary-pretrained-own-first"} <= set(skipped)
+    assert arms["evolutionary-own-first"].own_first_batch and not arms["evolutionary"].own_first_batch
     args.cost_model_file = "model.npz"  # read only when an arm's cost model is made
     arms, skipped = make_arms(args)
     assert {"evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated"} <= set(arms)
+    assert arms["evolutionary-pretrained-own-first"].own_first_batch
     assert ("evolutionary-pretrained", "evolutionary-pretrained-frozen") in [p[:2] for p in S.ABLATION_PAIRS]

@@ -50,9 +50,11 @@ def format_pairs(pairs: list[dict]) -> str:
     """The ablation pairs (`bench_stats.ablation_pairs`) as a markdown table: which share each pair measures."""
     if not pairs:
         return "(no ablation pair has both its arms in this file)"
-    lines = [f"| share | arm vs baseline | best latency at {pairs[0]['trials']}, speedup [95% CI] (pairs) |",
-             "|---|---|---|"]
-    lines += [f"| {p['share']} | {p['arm']} vs {p['baseline']} | {_ci(p)} |" for p in pairs]
+    n = pairs[0]["trials"]
+    lines = [f"| share | arm vs baseline | best latency at {n}, speedup [95% CI] (pairs) | trials to target within "
+             f"{n}, saving [95% CI] |", "|---|---|---|---|"]
+    lines += [f"| {p['share']} | {p['arm']} vs {p['baseline']} | {_ci(p)} | {_ci(p.get('trials_saving'))} |"
+              for p in pairs]
     return "\n".join(lines)
 
 

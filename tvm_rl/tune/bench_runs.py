@@ -194,20 +194,23 @@ def _warm(model: ms.CostModel, mod: tvm.IRModule, name: str, target: tvm.target.
 
 def run_arm(mod: tvm.IRModule, task: str, arm: str, strategy: ms.SearchStrategy, cost_model: ms.CostModel,
             resumes: bool, seed: int, trials: int, per_iter: int, target: tvm.target.Target, work_dir: Path,
-            shared_dir: Path, runner: ms.Runner, builder: ms.Builder) -> dict[str, Any]:
+            shared_dir: Path | None, runner: ms.Runner, builder: ms.Builder) -> dict[str, Any]:
     """One run: a fresh `work_dir` holding a copy of the shared first batch, then `trials` minus that batch
     measured with `strategy`. A strategy that `resumes` (the knob-space ones) reads the batch from the database
     and trains the model on it itself; any other is wrapped in `SkipMeasured` (and `StopWhenExhausted`) and its
-    model is trained on the batch first, so every arm starts from the same knowledge. Returns the run record."""
+    model is trained on the batch first, so every arm starts from the same knowledge. With `shared_dir` None the
+    run starts from an empty database and measures all `trials` itself. Returns the run record."""
     if work_dir.exists():  # a folder left by a killed run: its records must not count towards this one
         shutil.rmtree(work_dir)
     work_dir.mkdir(parents=True)
-    for name in (WORKLOADS, RECORDS):
-        shutil.copyfile(shared_dir / name, work_dir / name)
+    if shared_dir is not None:
+        for name in (WORKLOADS, RECORDS):
+            shutil.copyfile(shared_dir / name, work_dir / name)
     shared = TuningDatabase(work_dir).record_count()
     skipped = [0]
     if not resumes:
-        _warm(cost_model, mod, task, target, work_dir)
+        if shared:
+            _warm(cost_model, mod, task, target, work_dir)
         strategy = StopWhenExhausted(SkipMeasured(strategy, skipped=skipped))
     start = time.perf_counter()
     if trials > shared:

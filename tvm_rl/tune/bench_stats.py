@@ -234,21 +234,38 @@ ABLATION_PAIRS = [
     ("evolutionary-pretrained", "evolutionary-pretrained-frozen", "online refinement's share (same model and search)"),
     ("evolutionary-pretrained-calibrated", "evolutionary-pretrained",
      "refinement on the model's own scale against the default's refinement"),
+    ("evolutionary-pretrained-own-first", "evolutionary-own-first",
+     "the pre-trained model's, picking the first batch too (both arms as `tvm-rl tune` runs them)"),
+    ("evolutionary-pretrained-own-first", "evolutionary-pretrained",
+     "the model picking the first batch, against the shared random one (same model and search)"),
+    ("evolutionary-own-first", "evolutionary",
+     "MetaSchedule's own first batch against the shared random one (untrained model: expect none)"),
 ]
 
 
-def ablation_pairs(runs: Sequence[Run], trials: int, n_boot: int = 2000) -> list[dict[str, Any]]:
+def ablation_pairs(runs: Sequence[Run], trials: int, n_boot: int = 2000, slack: float = TARGET_SLACK
+                   ) -> list[dict[str, Any]]:
     """For each of `ABLATION_PAIRS` whose two arms both have re-timed runs: the geomean speedup of the arm's best
-    re-timed latency at `trials` over its baseline's on the same task and seed, with its task-clustered 95% CI."""
+    re-timed latency at `trials` over its baseline's on the same task and seed, with its task-clustered 95% CI,
+    and under `trials_saving` the same for trials to the task's target (a run not there by `trials` counts as
+    `trials` + 1, as in `summarise`)."""
     runs = [r for r in runs if "tuning_seconds" in r and r.get("retimed") is not None]
     present = {r["arm"] for r in runs}
+    targets = task_targets(runs, slack)
 
     def best(run: Run) -> float | None:
         v = value_at(retimed_curve(run), trials)
         return v if math.isfinite(v) else None
 
+    def capped(run: Run) -> float | None:
+        if run["task"] not in targets:
+            return None
+        hit = trials_to_target(retimed_curve(run), targets[run["task"]], trials)
+        return float(trials + 1 if hit is None else hit)
+
     return [{"trials": trials, "arm": arm, "baseline": base, "share": share,
-             **geomean_ratio(paired_log_ratios(runs, arm, base, best), n_boot)}
+             **geomean_ratio(paired_log_ratios(runs, arm, base, best), n_boot),
+             "trials_saving": geomean_ratio(paired_log_ratios(runs, arm, base, capped), n_boot)}
             for arm, base, share in ABLATION_PAIRS if arm in present and base in present]
 
 

@@ -45,7 +45,8 @@ QUICK_TASKS = ["depthwise_conv2d_n1_c24_h112_w112_o24_k3_s2_p1", "batch_matmul_b
                "conv2d_n1_c256_h28_w28_o256_k1_s1_p0"]
 ARMS = ["evolutionary", "evolutionary-pretrained", "ppo", "ppo-pretrained-model", "ppo-pretrained", "random-walk",
         "ppo-topk", "random"]
-EXTRA_ARMS = ["annealing", "evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated"]
+EXTRA_ARMS = ["annealing", "evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated",
+              "evolutionary-own-first", "evolutionary-pretrained-own-first"]
 
 
 def transformer_tasks() -> dict[str, TophubTask]:
@@ -63,12 +64,15 @@ def transformer_tasks() -> dict[str, TophubTask]:
 @dataclass(frozen=True)
 class Arm:
     """A benchmark arm: its strategy for a seed, its cost model, and whether the strategy reads the shared batch
-    from the database itself (the knob-space strategies; MetaSchedule's get it via `bench_runs.run_arm`)."""
+    from the database itself (the knob-space strategies; MetaSchedule's get it via `bench_runs.run_arm`).
+    `own_first_batch`: the arm starts from an empty database and picks its first batch itself, as `tvm-rl tune`
+    does (where a pre-trained model already guides the first round), instead of the shared random one."""
 
     name: str
     strategy: Callable[[int], ms.SearchStrategy]
     cost_model: Callable[[], ms.CostModel]
     resumes: bool
+    own_first_batch: bool = False
 
 
 def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]:
@@ -99,6 +103,7 @@ def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]
         return SimulatedAnnealing(seed=seed, **({"max_evaluations": args.evaluations} if args.evaluations else {}))
 
     arms = [Arm("evolutionary", evolutionary, xgb, False),
+            Arm("evolutionary-own-first", evolutionary, xgb, False, own_first_batch=True),
             Arm("ppo", lambda seed: PPOSearch(config=config(seed), seed=seed), xgb, True),
             Arm("ppo-topk", lambda seed: PPOSearch(config=config(seed), adaptive=False, seed=seed), xgb, True),
             Arm("random", lambda seed: ms.search_strategy.ReplayTrace(), xgb, False),
@@ -106,6 +111,8 @@ def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]
     skipped = {}
     if args.cost_model_file:
         arms.append(Arm("evolutionary-pretrained", evolutionary, pretrained(), False))
+        # The default as `tvm-rl tune` runs it: the model picks the first batch too (the others share a random one).
+        arms.append(Arm("evolutionary-pretrained-own-first", evolutionary, pretrained(), False, own_first_batch=True))
         # The default's own ablations: the model never refined on the run's records, and refined on them mapped
         # onto its own scale first (`pretrained._on_base_scale`).
         arms.append(Arm("evolutionary-pretrained-frozen", evolutionary, pretrained(refine_rounds=0), False))
@@ -115,8 +122,8 @@ def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]
         arms.append(Arm("ppo-pretrained-model", lambda seed: PPOSearch(config=config(seed), seed=seed),
                         pretrained(), True))
     else:
-        for name in ("evolutionary-pretrained", "evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated",
-                     "ppo-pretrained-model"):
+        for name in ("evolutionary-pretrained", "evolutionary-pretrained-own-first", "evolutionary-pretrained-frozen",
+                     "evolutionary-pretrained-calibrated", "ppo-pretrained-model"):
             skipped[name] = "no --cost-model-file (a model from `tvm-rl corpus train`)"
     if args.policy:
         arms.append(Arm("ppo-pretrained", lambda seed: PPOSearch(agent=PPOAgent.load(args.policy), seed=seed),
@@ -242,11 +249,13 @@ def _tune_and_retime(args: argparse.Namespace, todo: list[tuple[int, str, Arm]],
             runner, builder = measuring.runner(target), shared_builder()
         key = f"{task}|{seed}"
         shared_dir = work_root / "shared" / f"{task}_s{seed}"
-        if (key in state["shared"] and not (shared_dir / bench_runs.SHARED_MARK).is_file()
+        if arm.own_first_batch:
+            pass  # it measures its own first batch
+        elif (key in state["shared"] and not (shared_dir / bench_runs.SHARED_MARK).is_file()
                 and not archive.restore_shared(key, shared_dir)):
             raise SystemExit(f"the shared first batch of {task} seed {seed} is gone from {shared_dir}, and finished "
                              "runs started from it: restore the work dir (--work-dir) or start a new --out")
-        if key not in state["shared"]:
+        elif key not in state["shared"]:
             bench_runs.wait_for_cores(args.load_wait, args.max_load)
             state["shared"][key] = bench_runs.shared_first_batch(tasks[task].mod(), task, seed, args.per_iter,
                                                                  target, shared_dir, runner, builder)
@@ -255,7 +264,8 @@ def _tune_and_retime(args: argparse.Namespace, todo: list[tuple[int, str, Arm]],
         load = bench_runs.wait_for_cores(args.load_wait, args.max_load)
         run = bench_runs.run_arm(tasks[task].mod(), task, arm.name, arm.strategy(seed), arm.cost_model(),
                                  arm.resumes, seed, budgets[-1], args.per_iter, target,
-                                 work_root / "runs" / task / f"{arm.name}_s{seed}", shared_dir, runner, builder)
+                                 work_root / "runs" / task / f"{arm.name}_s{seed}",
+                                 None if arm.own_first_batch else shared_dir, runner, builder)
         run["load"] = {**load, "end": [round(x, 2) for x in os.getloadavg()]}
         state["runs"].append(run)
         archive.add_run(run)
