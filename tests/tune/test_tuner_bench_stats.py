@@ -175,3 +175,10 @@ def test_the_default_arms_ablations_need_a_model_file():
     assert {"evolutionary-pretrained-frozen", "evolutionary-pretrained-calibrated"} <= set(arms)
     assert arms["evolutionary-pretrained-own-first"].own_first_batch
     assert ("evolutionary-pretrained", "evolutionary-pretrained-frozen") in [p[:2] for p in S.ABLATION_PAIRS]
+
+
+def test_tophub_tasks_without_a_tophub_folder_are_one_clear_line(tmp_path):
+    from tvm_rl.tune.benchmark import TASKS, resolve_tasks
+
+    with pytest.raises(SystemExit, match=r"come from TopHub: TopHub folder .*missing.* does not exist"):
+        resolve_tasks([TASKS[0]], str(tmp_path / "missing"))

@@ -24,7 +24,7 @@ from typing import Any
 
 from tvm.s_tir import meta_schedule as ms
 
-from ..errors import exit_code
+from ..errors import TvmRlError, exit_code
 from ..interrupt import interruptible
 from ..measure import host_cpu_target, parse_target
 from . import bench_runs
@@ -139,7 +139,10 @@ def resolve_tasks(names: list[str], tophub: str | None) -> dict[str, TophubTask]
     known = transformer_tasks()
     rest = [n for n in names if n not in known]
     if rest:
-        known.update({t.name: t for t in load_tasks(tophub_dir(tophub))})
+        try:
+            known.update({t.name: t for t in load_tasks(tophub_dir(tophub))})
+        except TvmRlError as err:  # said as the script's one line, as the CLI says it, not as a traceback
+            raise SystemExit(f"tasks {', '.join(rest)} come from TopHub: {err}") from None
     missing = [n for n in names if n not in known]
     if missing:
         raise SystemExit(f"unknown task(s) {missing}: give TopHub task names (like {TASKS[0]}) or one of the "
