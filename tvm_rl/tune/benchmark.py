@@ -251,9 +251,10 @@ def _tune_and_retime(args: argparse.Namespace, todo: list[tuple[int, str, Arm]],
 
             runner, builder = measuring.runner(target), shared_builder()
         key = f"{task}|{seed}"
-        shared_dir = work_root / "shared" / f"{task}_s{seed}"
-        if arm.own_first_batch:
-            pass  # it measures its own first batch
+        # An arm that picks its own first batch starts from an empty database: no shared batch to find or make.
+        shared_dir = None if arm.own_first_batch else work_root / "shared" / f"{task}_s{seed}"
+        if shared_dir is None:
+            pass
         elif (key in state["shared"] and not (shared_dir / bench_runs.SHARED_MARK).is_file()
                 and not archive.restore_shared(key, shared_dir)):
             raise SystemExit(f"the shared first batch of {task} seed {seed} is gone from {shared_dir}, and finished "
@@ -267,8 +268,7 @@ def _tune_and_retime(args: argparse.Namespace, todo: list[tuple[int, str, Arm]],
         load = bench_runs.wait_for_cores(args.load_wait, args.max_load)
         run = bench_runs.run_arm(tasks[task].mod(), task, arm.name, arm.strategy(seed), arm.cost_model(),
                                  arm.resumes, seed, budgets[-1], args.per_iter, target,
-                                 work_root / "runs" / task / f"{arm.name}_s{seed}",
-                                 None if arm.own_first_batch else shared_dir, runner, builder)
+                                 work_root / "runs" / task / f"{arm.name}_s{seed}", shared_dir, runner, builder)
         run["load"] = {**load, "end": [round(x, 2) for x in os.getloadavg()]}
         state["runs"].append(run)
         archive.add_run(run)
