@@ -253,18 +253,16 @@ def _tune_and_retime(args: argparse.Namespace, todo: list[tuple[int, str, Arm]],
         key = f"{task}|{seed}"
         # An arm that picks its own first batch starts from an empty database: no shared batch to find or make.
         shared_dir = None if arm.own_first_batch else work_root / "shared" / f"{task}_s{seed}"
-        if shared_dir is None:
-            pass
-        elif (key in state["shared"] and not (shared_dir / bench_runs.SHARED_MARK).is_file()
-                and not archive.restore_shared(key, shared_dir)):
-            raise SystemExit(f"the shared first batch of {task} seed {seed} is gone from {shared_dir}, and finished "
-                             "runs started from it: restore the work dir (--work-dir) or start a new --out")
-        elif key not in state["shared"]:
+        if shared_dir is not None and key not in state["shared"]:
             bench_runs.wait_for_cores(args.load_wait, args.max_load)
             state["shared"][key] = bench_runs.shared_first_batch(tasks[task].mod(), task, seed, args.per_iter,
                                                                  target, shared_dir, runner, builder)
             cost["shared_seconds"] = cost.get("shared_seconds", 0.0) + state["shared"][key]["seconds"]
             archive.add_shared(key, shared_dir, bench_runs.SHARED_MARK)
+        elif (shared_dir is not None and not (shared_dir / bench_runs.SHARED_MARK).is_file()
+                and not archive.restore_shared(key, shared_dir)):
+            raise SystemExit(f"the shared first batch of {task} seed {seed} is gone from {shared_dir}, and finished "
+                             "runs started from it: restore the work dir (--work-dir) or start a new --out")
         load = bench_runs.wait_for_cores(args.load_wait, args.max_load)
         run = bench_runs.run_arm(tasks[task].mod(), task, arm.name, arm.strategy(seed), arm.cost_model(),
                                  arm.resumes, seed, budgets[-1], args.per_iter, target,
