@@ -174,6 +174,26 @@ def paired_log_ratios(runs: Sequence[Run], arm: str, baseline: str,
     return [out[t] for t in sorted(out)]
 
 
+RunValue = Callable[[Run], float | None]
+
+
+def _run_values(curve: Callable[[Run], Sequence[float]], targets: dict[str, float], n: int
+                ) -> tuple[RunValue, RunValue]:
+    """The two values paired runs are compared by at budget `n`, from a run's re-timed curve: its best latency
+    (None when nothing valid was measured) and its trials to the task's target, a run not there counting n + 1
+    (None when the task has no target)."""
+    def best(run: Run) -> float | None:
+        v = value_at(curve(run), n)
+        return v if math.isfinite(v) else None
+
+    def capped(run: Run) -> float | None:
+        if run["task"] not in targets:
+            return None
+        return capped_trials_to_target(curve(run), targets[run["task"]], n)
+
+    return best, capped
+
+
 def summarise(runs: Sequence[Run], trials: int | Sequence[int], slack: float = TARGET_SLACK,
               baseline: str = BASELINE, n_boot: int = 2000) -> list[dict[str, Any]]:
     """One row per (budget N, arm) over the re-timed runs (others are left out): share of runs at the task's target
@@ -193,15 +213,7 @@ def summarise(runs: Sequence[Run], trials: int | Sequence[int], slack: float = T
             curve = curves[(run["task"], run["arm"], run["seed"])]
             return None if target is None else trials_to_target(curve, target, n)
 
-        def best(run: Run, n: int = n) -> float | None:
-            v = value_at(curves[(run["task"], run["arm"], run["seed"])], n)
-            return v if math.isfinite(v) else None
-
-        def capped(run: Run, n: int = n) -> float | None:
-            if run["task"] not in targets:
-                return None
-            return capped_trials_to_target(curves[(run["task"], run["arm"], run["seed"])], targets[run["task"]], n)
-
+        best, capped = _run_values(lambda run: curves[(run["task"], run["arm"], run["seed"])], targets, n)
         for arm in arms:
             mine = [r for r in runs if r["arm"] == arm]
             hits = [hit(r) for r in mine if r["task"] in targets]
@@ -259,15 +271,7 @@ def ablation_pairs(runs: Sequence[Run], trials: int, n_boot: int = 2000, slack: 
     present = {r["arm"] for r in runs}
     targets = task_targets(runs, slack)
 
-    def best(run: Run) -> float | None:
-        v = value_at(retimed_curve(run), trials)
-        return v if math.isfinite(v) else None
-
-    def capped(run: Run) -> float | None:
-        if run["task"] not in targets:
-            return None
-        return capped_trials_to_target(retimed_curve(run), targets[run["task"]], trials)
-
+    best, capped = _run_values(retimed_curve, targets, trials)
     return [{"trials": trials, "arm": arm, "baseline": base, "share": share,
              **geomean_ratio(paired_log_ratios(runs, arm, base, best), n_boot),
              "trials_saving": geomean_ratio(paired_log_ratios(runs, arm, base, capped), n_boot)}
