@@ -194,6 +194,18 @@ def test_training_can_reward_the_best_graph_seen(monkeypatch, tmp_path):
         train(TrainConfig(models=("squeezenet1_1",), reward="final", work_dir=str(tmp_path)), progress=False)
 
 
+def test_training_checks_target_kl_where_kl_stop_says(monkeypatch, tmp_path):
+    from tvm_rl.graph import train as train_module
+
+    seen = {}
+    monkeypatch.setattr(train_module, "train", lambda config: seen.setdefault("config", config))
+    train_module.main(["--models", "squeezenet1_1", "--target-kl", "0.02", "--kl-stop", "step"])
+    assert train_module.ppo_params(seen["config"]).kl_stop == "step"
+    assert train_module.ppo_params(TrainConfig()).kl_stop == "epoch"  # CleanRL's, as before the flag
+    with pytest.raises(ValueError, match="--kl-stop must be 'epoch' or 'step', got 'batch'"):
+        train(TrainConfig(models=("squeezenet1_1",), kl_stop="batch", work_dir=str(tmp_path)), progress=False)
+
+
 def test_per_model_scaling_gives_every_model_the_same_mean_return():
     def ep(model, rewards):
         return Episode(model, rewards=list(rewards))

@@ -176,6 +176,37 @@ def test_target_kl_stops_the_epochs_once_the_policy_has_moved_that_far():
     assert run(10.0) == 15  # never reached
 
 
+def test_a_step_wise_kl_check_stops_within_the_epoch_that_would_overshoot():
+    """kl_stop="step": the update stops at the first minibatch showing the policy moved past 1.5 x target_kl, without
+    stepping on it, where the epoch-wise check lets the whole epoch's steps through; so it ends closer to the cap."""
+    def run(kl_stop):
+        policy = Categorical()
+        actions, old_logp, adv, ret, values = rollout()
+        calls = [0]
+
+        def evaluate(idx):
+            calls[0] += 1
+            return policy.evaluator(actions)(idx)
+
+        stats = ppo_update(evaluate, policy.parameters(), torch.optim.SGD(policy.parameters(), lr=0.5), old_logp,
+                           adv, ret, params(epochs=5, minibatch=8, target_kl=0.01, kl_stop=kl_stop),
+                           np.random.default_rng(0))
+        with torch.no_grad():  # the policy's move over the whole rollout, after the update
+            logp = policy.evaluator(actions)(torch.arange(len(actions)))[0]
+            ratio = (logp - old_logp).exp()
+            moved = ((ratio - 1) - (logp - old_logp)).mean().item()
+        return calls[0], moved, stats
+
+    epoch_calls, epoch_moved, _ = run("epoch")
+    step_calls, step_moved, stats = run("step")
+    assert epoch_calls == 8  # the first epoch's 8 minibatches all step, then the epoch's mean is past the cap
+    assert 1 < step_calls < 8  # stopped inside the first epoch
+    assert step_moved < epoch_moved
+    assert stats.approx_kl > 0.0  # the stopping minibatch's measurement is kept in the diagnostics
+    with pytest.raises(ValueError, match="kl_stop must be 'epoch' or 'step', not 'batch'"):
+        params(kl_stop="batch")
+
+
 def test_an_update_makes_the_positively_advantaged_action_likelier():
     torch.manual_seed(0)
     policy = Categorical()

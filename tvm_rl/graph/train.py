@@ -65,6 +65,7 @@ class TrainConfig:
     entropy_coef: float = 0.01
     max_grad_norm: float = 0.5
     target_kl: float = 0.0  # > 0: stop an update's epochs once one moves the policy by more (CleanRL's)
+    kl_stop: str = "epoch"  # check target_kl after each epoch ("epoch") or before each minibatch's step ("step")
     # "delta": each step's cost change (X-RLflow's reward); "best": the change of the cheapest graph seen, the one
     # the pass keeps, so an uphill step that leads lower is not penalised (env.REWARDS)
     reward: str = "delta"
@@ -281,6 +282,8 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
 
     if config.reward not in REWARDS:
         raise ValueError(f"--reward must be one of {', '.join(REWARDS)}, got {config.reward!r}")
+    if config.kl_stop not in ("epoch", "step"):
+        raise ValueError(f"--kl-stop must be 'epoch' or 'step', got {config.kl_stop!r}")
     if not 0.0 <= config.risk_epsilon <= 1.0:
         raise ValueError(f"--risk-epsilon must be in [0, 1] (0: learn from every episode), got {config.risk_epsilon}")
     unknown = [m for m in config.models if m not in models.names()]

@@ -23,6 +23,10 @@ import torch
 # Returns (log-prob of the stored action, entropy, value), each of shape (len(idx),), for sample indices idx.
 Evaluate = Callable[[torch.Tensor], "tuple[torch.Tensor, torch.Tensor, torch.Tensor]"]
 
+# A minibatch's approx_kl is a noisy estimate of the whole rollout's; a step-wise check stops only past this
+# multiple of target_kl, Spinning Up's margin.
+STEP_KL_MARGIN = 1.5
+
 
 @dataclass(frozen=True)
 class PPOParams:
@@ -45,6 +49,17 @@ class PPOParams:
     clip_value: bool = False  # CleanRL's clip_vloss: clip the critic's move like the policy's
     # > 0: CleanRL's target_kl: no further epoch once an epoch's mean approx_kl exceeds it (0: every epoch)
     target_kl: float = 0.0
+    # When target_kl is checked: "epoch" after each epoch (CleanRL), "step" before each optimiser step, stopping
+    # the update once the minibatch about to be stepped on shows the policy already moved by more than
+    # STEP_KL_MARGIN x target_kl (Spinning Up's rule): a single epoch of many minibatches can overshoot a cap
+    # checked only after it.
+    kl_stop: Literal["epoch", "step"] = "epoch"
+
+    def __post_init__(self) -> None:
+        if self.split not in ("size", "even"):
+            raise ValueError(f"PPOParams.split must be 'size' or 'even', not {self.split!r}")
+        if self.kl_stop not in ("epoch", "step"):
+            raise ValueError(f"PPOParams.kl_stop must be 'epoch' or 'step', not {self.kl_stop!r}")
 
     @classmethod
     def from_config(cls, config: Any, **overrides: Any) -> PPOParams:
@@ -151,8 +166,8 @@ def minibatches(n: int, params: PPOParams, rng: np.random.Generator) -> Iterator
 def ppo_update(evaluate: Evaluate, parameters: Iterable[torch.nn.Parameter], optimizer: torch.optim.Optimizer,
                old_logp: torch.Tensor, advantages: torch.Tensor, returns: torch.Tensor, params: PPOParams,
                rng: np.random.Generator, old_values: torch.Tensor | None = None) -> PPOStats:
-    """`params.epochs` passes of clipped PPO over the rollout, one optimiser step per minibatch (fewer passes when
-    an epoch moves the policy by more than `params.target_kl`).
+    """`params.epochs` passes of clipped PPO over the rollout, one optimiser step per minibatch (fewer when the
+    policy has moved by more than `params.target_kl`, checked as `params.kl_stop` says).
 
     `old_values` (the critic's values when the rollout was collected) give the explained variance and, with
     `params.clip_value`, the clipped value loss. Returns the diagnostics averaged over every minibatch.
@@ -162,6 +177,8 @@ def ppo_update(evaluate: Evaluate, parameters: Iterable[torch.nn.Parameter], opt
     if params.clip_value and old_values is None:
         raise ValueError("clip_value needs the rollout's old_values")
     parts: dict[str, list[float]] = {}
+    step_cap = STEP_KL_MARGIN * params.target_kl if params.target_kl > 0 and params.kl_stop == "step" else None
+    stopped = False
     for _ in range(params.epochs):
         epoch_kl = []
         for idx in minibatches(n, params, rng):
@@ -169,14 +186,18 @@ def ppo_update(evaluate: Evaluate, parameters: Iterable[torch.nn.Parameter], opt
             logp, entropy, value = evaluate(i)
             loss, mb = ppo_loss(logp, entropy, value, old_logp[i], advantages[i], returns[i], params,
                                 None if old_values is None else old_values[i])
+            for k, v in mb.items():  # kept also for a minibatch that stops the update: it measures the move so far
+                parts.setdefault(k, []).append(v)
+            epoch_kl.append(mb["approx_kl"])
+            if step_cap is not None and mb["approx_kl"] > step_cap:
+                stopped = True
+                break
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(parameters, params.max_grad_norm)
             optimizer.step()
-            for k, v in mb.items():
-                parts.setdefault(k, []).append(v)
-            epoch_kl.append(mb["approx_kl"])
-        if params.target_kl > 0 and float(np.mean(epoch_kl)) > params.target_kl:
+        if stopped or (params.target_kl > 0 and params.kl_stop == "epoch"
+                       and float(np.mean(epoch_kl)) > params.target_kl):
             break
     stats = PPOStats(**{k: float(np.mean(v)) for k, v in parts.items()})
     if old_values is not None:
@@ -184,5 +205,5 @@ def ppo_update(evaluate: Evaluate, parameters: Iterable[torch.nn.Parameter], opt
     return stats
 
 
-__all__ = ["Evaluate", "PPOParams", "PPOStats", "clipped_policy_loss", "explained_variance", "gae", "minibatches",
+__all__ = ["STEP_KL_MARGIN", "Evaluate", "PPOParams", "PPOStats", "clipped_policy_loss", "explained_variance", "gae", "minibatches",
            "normalize", "ppo_loss", "ppo_update", "value_loss"]
