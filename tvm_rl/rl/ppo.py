@@ -205,5 +205,5 @@ def ppo_update(evaluate: Evaluate, parameters: Iterable[torch.nn.Parameter], opt
     return stats
 
 
-__all__ = ["STEP_KL_MARGIN", "Evaluate", "PPOParams", "PPOStats", "clipped_policy_loss", "explained_variance", "gae", "minibatches",
-           "normalize", "ppo_loss", "ppo_update", "value_loss"]
+__all__ = ["STEP_KL_MARGIN", "Evaluate", "PPOParams", "PPOStats", "clipped_policy_loss", "explained_variance", "gae",
+           "minibatches", "normalize", "ppo_loss", "ppo_update", "value_loss"]
