@@ -156,20 +156,29 @@ def test_the_first_minibatch_of_an_update_from_the_rollout_policy_has_no_kl_and_
     assert stats.explained_variance == pytest.approx(0.0)  # a zero critic explains nothing
 
 
+def counted_update(lr: float, **kw):
+    """One update of a fresh Categorical policy on rollout(), SGD at `lr`, params(**kw): the number of minibatches
+    it evaluated, the policy's move over the whole rollout after it (approx_kl) and the update's stats."""
+    policy = Categorical()
+    actions, old_logp, adv, ret, values = rollout()
+    calls = [0]
+
+    def evaluate(idx):
+        calls[0] += 1
+        return policy.evaluator(actions)(idx)
+
+    stats = ppo_update(evaluate, policy.parameters(), torch.optim.SGD(policy.parameters(), lr=lr), old_logp, adv,
+                       ret, params(**kw), np.random.default_rng(0))
+    with torch.no_grad():
+        log_ratio = policy.evaluator(actions)(torch.arange(len(actions)))[0] - old_logp
+        moved = ((log_ratio.exp() - 1) - log_ratio).mean().item()
+    return calls[0], moved, stats
+
+
 def test_target_kl_stops_the_epochs_once_the_policy_has_moved_that_far():
     """CleanRL's target_kl: the first epoch of a large step moves the policy past it, so no second epoch runs."""
     def run(target_kl):
-        policy = Categorical()
-        actions, old_logp, adv, ret, values = rollout()
-        calls = [0]
-
-        def evaluate(idx):
-            calls[0] += 1
-            return policy.evaluator(actions)(idx)
-
-        ppo_update(evaluate, policy.parameters(), torch.optim.SGD(policy.parameters(), lr=2.0), old_logp, adv, ret,
-                   params(epochs=5, minibatch=20, target_kl=target_kl), np.random.default_rng(0))
-        return calls[0]
+        return counted_update(2.0, epochs=5, minibatch=20, target_kl=target_kl)[0]
 
     assert run(0.0) == 15  # off: 5 epochs of 3 minibatches
     assert run(1e-4) == 3  # one epoch, then stop
@@ -180,22 +189,7 @@ def test_a_step_wise_kl_check_stops_within_the_epoch_that_would_overshoot():
     """kl_stop="step": the update stops at the first minibatch showing the policy moved past 1.5 x target_kl, without
     stepping on it, where the epoch-wise check lets the whole epoch's steps through; so it ends closer to the cap."""
     def run(kl_stop):
-        policy = Categorical()
-        actions, old_logp, adv, ret, values = rollout()
-        calls = [0]
-
-        def evaluate(idx):
-            calls[0] += 1
-            return policy.evaluator(actions)(idx)
-
-        stats = ppo_update(evaluate, policy.parameters(), torch.optim.SGD(policy.parameters(), lr=0.5), old_logp,
-                           adv, ret, params(epochs=5, minibatch=8, target_kl=0.01, kl_stop=kl_stop),
-                           np.random.default_rng(0))
-        with torch.no_grad():  # the policy's move over the whole rollout, after the update
-            logp = policy.evaluator(actions)(torch.arange(len(actions)))[0]
-            ratio = (logp - old_logp).exp()
-            moved = ((ratio - 1) - (logp - old_logp)).mean().item()
-        return calls[0], moved, stats
+        return counted_update(0.5, epochs=5, minibatch=8, target_kl=0.01, kl_stop=kl_stop)
 
     epoch_calls, epoch_moved, _ = run("epoch")
     step_calls, step_moved, stats = run("step")

@@ -25,7 +25,7 @@ import torch
 
 from ..errors import CheckpointError, UnknownModelError, exit_code
 from ..interrupt import interrupt_pending
-from ..rl.ppo import Evaluate, PPOParams, gae
+from ..rl.ppo import KL_STOPS, Evaluate, PPOParams, gae
 from ..rl.ppo import ppo_loss as rl_ppo_loss
 from ..rl.ppo import ppo_update as rl_ppo_update
 from .agent import GraphActorCritic, PolicyConfig
@@ -282,8 +282,8 @@ def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:
 
     if config.reward not in REWARDS:
         raise ValueError(f"--reward must be one of {', '.join(REWARDS)}, got {config.reward!r}")
-    if config.kl_stop not in ("epoch", "step"):
-        raise ValueError(f"--kl-stop must be 'epoch' or 'step', got {config.kl_stop!r}")
+    if config.kl_stop not in KL_STOPS:
+        raise ValueError(f"--kl-stop must be {' or '.join(map(repr, KL_STOPS))}, got {config.kl_stop!r}")
     if not 0.0 <= config.risk_epsilon <= 1.0:
         raise ValueError(f"--risk-epsilon must be in [0, 1] (0: learn from every episode), got {config.risk_epsilon}")
     unknown = [m for m in config.models if m not in models.names()]

@@ -26,6 +26,7 @@ Evaluate = Callable[[torch.Tensor], "tuple[torch.Tensor, torch.Tensor, torch.Ten
 # A minibatch's approx_kl is a noisy estimate of the whole rollout's; a step-wise check stops only past this
 # multiple of target_kl, Spinning Up's margin.
 STEP_KL_MARGIN = 1.5
+KL_STOPS = ("epoch", "step")  # PPOParams.kl_stop's values
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,8 @@ class PPOParams:
     def __post_init__(self) -> None:
         if self.split not in ("size", "even"):
             raise ValueError(f"PPOParams.split must be 'size' or 'even', not {self.split!r}")
-        if self.kl_stop not in ("epoch", "step"):
-            raise ValueError(f"PPOParams.kl_stop must be 'epoch' or 'step', not {self.kl_stop!r}")
+        if self.kl_stop not in KL_STOPS:
+            raise ValueError(f"PPOParams.kl_stop must be {' or '.join(map(repr, KL_STOPS))}, not {self.kl_stop!r}")
 
     @classmethod
     def from_config(cls, config: Any, **overrides: Any) -> PPOParams:
@@ -205,5 +206,5 @@ def ppo_update(evaluate: Evaluate, parameters: Iterable[torch.nn.Parameter], opt
     return stats
 
 
-__all__ = ["STEP_KL_MARGIN", "Evaluate", "PPOParams", "PPOStats", "clipped_policy_loss", "explained_variance", "gae",
-           "minibatches", "normalize", "ppo_loss", "ppo_update", "value_loss"]
+__all__ = ["KL_STOPS", "STEP_KL_MARGIN", "Evaluate", "PPOParams", "PPOStats", "clipped_policy_loss",
+           "explained_variance", "gae", "minibatches", "normalize", "ppo_loss", "ppo_update", "value_loss"]
