@@ -53,4 +53,7 @@ def test_pairs_table_names_each_share_and_says_when_none_applies():
     assert ("| learning's share (PPO updates against the same walks without them) | ppo vs random-walk | 0.47x ["
             in table)
     assert "| trials to target within 3, saving [95% CI] |" in table.splitlines()[0]
+    second = table.split("\n\n")[1].splitlines()
+    assert "| trials to the pair's common level, saving | best-so-far speedup, mean over 1..3 |" in second[0]
+    assert second[2].startswith("| ppo vs random-walk | ") and second[2].count("|") == second[0].count("|")
     assert "(no ablation pair" in format_pairs(bench_stats.ablation_pairs(RUNS, 3))

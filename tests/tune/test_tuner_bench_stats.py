@@ -161,6 +161,51 @@ def test_ablation_pairs_give_the_saving_in_trials_to_target_too():
     assert "first batch" in pair["share"]
 
 
+def test_common_level_is_the_worse_final_best_and_neither_run_is_censored():
+    arm, base = [5.0, 2.0, 2.0, 2.0], [5.0, 4.0, 3.0, 1.0]
+    assert S.common_level_trials(arm, base, 4) == (2, 4)  # level 2.0, the arm's: the baseline is under it at 4
+    assert S.common_level_trials(arm, base, 2) == (2, 2)  # level 4.0 at N = 2: both there at trial 2
+    assert S.common_level_trials(base, arm, 4) == (4, 2)  # the same pair the other way round
+    assert S.common_level_trials([math.inf, 3.0], [1.0, 1.0], 1) is None  # the arm has nothing valid by trial 1
+    assert S.common_level_trials([4.0, 4.0], [4.0, 1.0], 8) == (1, 1)  # a run shorter than N keeps its last value
+
+
+def test_mean_curve_log_ratio_averages_over_trials_where_both_are_valid():
+    arm, base = [math.inf, 2.0, 1.0, 1.0], [4.0, 4.0, 2.0, 1.0]
+    # Trials 2-4: log 2, log 2, log 1 (trial 1 has no arm latency yet).
+    assert S.mean_curve_log_ratio(arm, base, 4) == pytest.approx(2 * math.log(2.0) / 3)
+    assert S.mean_curve_log_ratio(arm, base, 1) is None
+    assert S.mean_curve_log_ratio(base, arm, 4) == pytest.approx(-2 * math.log(2.0) / 3)
+
+
+def test_the_threshold_free_measures_do_not_move_with_the_global_target():
+    # t: ppo gets to 1.0 at trial 2, evolutionary at trial 4; u: both end at 3.0, ppo at trial 1, evolutionary at 2.
+    runs = [run("t", "evolutionary", 0, {0: 4.0, 3: 1.0}, n=4), run("t", "ppo", 0, {0: 4.0, 1: 1.0}, n=4),
+            run("u", "evolutionary", 0, {0: 5.0, 1: 3.0}, n=4), run("u", "ppo", 0, {0: 3.0}, n=4)]
+    for slack in (1.0, 1.5):  # the targets move; the pair's own level does not
+        row = next(r for r in S.summarise(runs, 4, slack=slack, n_boot=200) if r["arm"] == "ppo")
+        assert row["common_level_saving_vs_baseline"]["ratio"] == pytest.approx(math.sqrt(2.0 * 2.0))
+    # Along the curve: on t, 1x, 4x, 4x, 1x; on u, 5/3x, 1x, 1x, 1x: the mean of the two tasks' mean logs.
+    along = (2 * math.log(4.0) / 4 + math.log(5 / 3) / 4) / 2
+    assert row["curve_speedup_vs_baseline"]["ratio"] == pytest.approx(math.exp(along))
+    walks = [dict(r, arm="random-walk") for r in runs if r["arm"] == "evolutionary"]
+    pair = S.ablation_pairs([r for r in runs if r["arm"] == "ppo"] + walks, 4, n_boot=200)[0]
+    assert pair["common_level_saving"]["ratio"] == pytest.approx(2.0) and pair["common_level_saving"]["pairs"] == 2
+    assert pair["curve_speedup"]["ratio"] == pytest.approx(math.exp(along))
+    # ppo is at evolutionary's best by trial 2 on t and 1 on u; evolutionary itself by 4 and 2.
+    assert row["to_baseline_best_vs_baseline"] == {"median": 1.5, "reached": 2, "pairs": 2, "baseline_median": 3.0}
+
+
+def test_reach_baseline_best_censors_runs_that_never_get_there():
+    runs = [run("t", "evolutionary", 0, {0: 4.0, 3: 1.0}, n=4), run("t", "ppo", 0, {0: 4.0, 1: 2.0}, n=4),
+            run("t", "evolutionary", 1, {0: 3.0}, n=4), run("t", "ppo", 1, {0: 3.0}, n=4),
+            run("t", "evolutionary", 2, {0: 5.0, 2: 2.0}, n=4), run("t", "ppo", 2, {0: 5.0}, n=4),
+            run("t", "ppo", 3, {0: 1.0}, n=4)]  # no baseline run for seed 3: left out
+    reach = S.reach_baseline_best(runs, "ppo", "evolutionary", S.retimed_curve, 4)
+    assert reach == {"median": None, "reached": 1, "pairs": 3, "baseline_median": 3.0}  # ppo: > 4, 1, > 4
+    assert S.reach_baseline_best(runs, "ppo", "evolutionary", S.retimed_curve, 1)["median"] == 1.0  # all at 1
+
+
 def test_the_default_arms_ablations_need_a_model_file():
     from tvm_rl.tune.benchmark import _parser, make_arms
 

@@ -42,12 +42,31 @@ def format_table(rows: list[dict], trials: int | list[int] | None = None, timing
                        f"{median_text} | {_ci(r.get('trials_saving_vs_baseline'))} | "
                        f"{_ci(r.get('speedup_vs_baseline'))} | {_fmt(r['best_over_target'], '.3f')} | "
                        f"{_fmt(r['median_wall_seconds'], '.0f')} | {r['wall_seconds'] / 3600:.2f} |")
+        paired = [r for r in rows if r["trials"] == n and "to_baseline_best_vs_baseline" in r]
+        if paired:
+            out += ["", f"N = {n}, against {BASELINE}'s run on the same task and seed, no global target:", "",
+                    _threshold_free_header(n, "arm")]
+            out += [f"| {r['arm']} | {_threshold_free_cells(r, n, '_vs_baseline')} |" for r in paired]
         out.append("")
     return "\n".join(out).rstrip()
 
 
+def _threshold_free_header(n: int, first: str) -> str:
+    return (f"| {first} | trials to the baseline run's best at {n}: median, arm (baseline) | runs there | trials to "
+            f"the pair's common level, saving | best-so-far speedup, mean over 1..{n} |\n|---|---|---|---|---|")
+
+
+def _threshold_free_cells(entry: dict, n: int, suffix: str = "") -> str:
+    """`bench_stats.threshold_free`'s measures as table cells (keys with `suffix` in a summary row)."""
+    reach = entry[f"to_baseline_best{suffix}"]
+    median = "-" if reach["pairs"] == 0 else f"> {n}" if reach["median"] is None else f"{reach['median']:g}"
+    return (f"{median} ({_fmt(reach['baseline_median'], 'g')}) | {reach['reached']}/{reach['pairs']} | "
+            f"{_ci(entry[f'common_level_saving{suffix}'])} | {_ci(entry[f'curve_speedup{suffix}'])}")
+
+
 def format_pairs(pairs: list[dict]) -> str:
-    """The ablation pairs (`bench_stats.ablation_pairs`) as a markdown table: which share each pair measures."""
+    """The ablation pairs (`bench_stats.ablation_pairs`) as two markdown tables, each row naming the share its pair
+    measures: against the global target, then without one."""
     if not pairs:
         return "(no ablation pair has both its arms in this file)"
     n = pairs[0]["trials"]
@@ -55,6 +74,8 @@ def format_pairs(pairs: list[dict]) -> str:
              f"{n}, saving [95% CI] |", "|---|---|---|---|"]
     lines += [f"| {p['share']} | {p['arm']} vs {p['baseline']} | {_ci(p)} | {_ci(p.get('trials_saving'))} |"
               for p in pairs]
+    lines += ["", _threshold_free_header(n, "arm vs baseline")]
+    lines += [f"| {p['arm']} vs {p['baseline']} | {_threshold_free_cells(p, n)} |" for p in pairs]
     return "\n".join(lines)
 
 

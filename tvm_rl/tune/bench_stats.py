@@ -10,6 +10,11 @@ Trials-to-target is censored: a run that never reaches its task's target within 
 against the baseline arm pair runs of the same task and seed (they start from the same measured first batch) and
 come with 95% intervals from a task-clustered bootstrap: tasks resampled with replacement, then seeds within each
 drawn task, so a CI reflects how much the answer depends on which tasks and seeds were picked.
+
+Two paired measures do not hang on the global target, whose few percent of slack sits inside the drift between
+re-timing sittings: trials to the pair's common level (the worse of the two runs' best latencies at N, which both
+reach by N, so nothing is censored), the best-so-far speedup averaged over trials 1..N (the area between the two
+curves on a log scale), and the median trials an arm takes to reach its paired baseline run's best at N.
 """
 from __future__ import annotations
 
@@ -158,23 +163,55 @@ def _by_key(runs: Iterable[Run]) -> dict[tuple[str, str, int], Run]:
     return {(r["task"], r["arm"], r["seed"]): r for r in runs}
 
 
-def paired_log_ratios(runs: Sequence[Run], arm: str, baseline: str,
-                      value: Callable[[Run], float | None]) -> list[list[float]]:
-    """Per task (sorted), log(value(baseline run) / value(arm run)) over the seeds both arms have a value for:
-    above 0 when the arm's value is smaller (faster, or fewer trials)."""
+RunValue = Callable[[Run], float | None]
+# (arm's run, baseline's run) -> a log ratio, above 0 when the arm is ahead; None when the pair has none.
+PairValue = Callable[[Run, Run], float | None]
+
+
+def paired_values(runs: Sequence[Run], arm: str, baseline: str, log_ratio: PairValue) -> list[list[float]]:
+    """Per task (sorted), `log_ratio(arm run, baseline run)` over the seeds both arms ran where it is finite."""
     by = _by_key(runs)
     out: dict[str, list[float]] = {}
     for (task, name, seed), run in sorted(by.items()):
         base = by.get((task, baseline, seed))
         if name != arm or base is None:
             continue
-        a, b = value(run), value(base)
-        if a is not None and b is not None and 0 < a < math.inf and 0 < b < math.inf:
-            out.setdefault(task, []).append(math.log(b / a))
+        value = log_ratio(run, base)
+        if value is not None and math.isfinite(value):
+            out.setdefault(task, []).append(value)
     return [out[t] for t in sorted(out)]
 
 
-RunValue = Callable[[Run], float | None]
+def paired_log_ratios(runs: Sequence[Run], arm: str, baseline: str, value: RunValue) -> list[list[float]]:
+    """Per task (sorted), log(value(baseline run) / value(arm run)) over the seeds both arms have a value for:
+    above 0 when the arm's value is smaller (faster, or fewer trials)."""
+    def log_ratio(run: Run, base: Run) -> float | None:
+        a, b = value(run), value(base)
+        if a is None or b is None or not (0 < a < math.inf and 0 < b < math.inf):
+            return None
+        return math.log(b / a)
+
+    return paired_values(runs, arm, baseline, log_ratio)
+
+
+def common_level_trials(arm_curve: Sequence[float], base_curve: Sequence[float], trials: int
+                        ) -> tuple[int, int] | None:
+    """The trials each of two runs took to reach the worse of their best latencies at `trials`, the level both
+    reached within the budget (so neither is censored); None when either has no valid latency by then."""
+    level = max(value_at(arm_curve, trials), value_at(base_curve, trials))
+    if not math.isfinite(level):
+        return None
+    arm_hit, base_hit = trials_to_target(arm_curve, level, trials), trials_to_target(base_curve, level, trials)
+    assert arm_hit is not None and base_hit is not None  # each curve is at or below the level by `trials`
+    return arm_hit, base_hit
+
+
+def mean_curve_log_ratio(arm_curve: Sequence[float], base_curve: Sequence[float], trials: int) -> float | None:
+    """The mean over trials 1..`trials` at which both runs have a valid latency of log(baseline's best so far /
+    arm's): the log of the speedup the arm held on average along the budget. None when no trial has both."""
+    logs = [math.log(value_at(base_curve, t) / value_at(arm_curve, t)) for t in range(1, trials + 1)
+            if math.isfinite(value_at(arm_curve, t)) and math.isfinite(value_at(base_curve, t))]
+    return float(np.mean(logs)) if logs else None
 
 
 def _run_values(curve: Callable[[Run], Sequence[float]], targets: dict[str, float], n: int
@@ -194,13 +231,48 @@ def _run_values(curve: Callable[[Run], Sequence[float]], targets: dict[str, floa
     return best, capped
 
 
+def reach_baseline_best(runs: Sequence[Run], arm: str, baseline: str, curve: Callable[[Run], Sequence[float]],
+                        trials: int) -> dict[str, Any]:
+    """Over the (task, seed) pairs both arms ran: the censored median trials the arm took to reach its paired
+    baseline run's best latency at `trials` (None: the median run did not within `trials`), how many runs did, and
+    the baseline's own median trials to that best (never censored)."""
+    by = _by_key(runs)
+    hits, base_hits = [], []
+    for (task, name, seed), run in sorted(by.items()):
+        base = by.get((task, baseline, seed))
+        if name != arm or base is None or not math.isfinite(level := value_at(curve(base), trials)):
+            continue
+        hits.append(trials_to_target(curve(run), level, trials))
+        base_hits.append(trials_to_target(curve(base), level, trials))
+    return {"median": censored_median(hits), "reached": sum(h is not None for h in hits), "pairs": len(hits),
+            "baseline_median": censored_median(base_hits)}
+
+
+def threshold_free(runs: Sequence[Run], arm: str, baseline: str, curve: Callable[[Run], Sequence[float]],
+                   trials: int, n_boot: int = 2000) -> dict[str, Any]:
+    """The paired measures that need no global target (see the module's docstring), at budget `trials`: the
+    geomean saving in trials to the pair's common level and the geomean best-so-far speedup averaged over trials
+    1..`trials`, each with its task-clustered 95% CI, and `reach_baseline_best`."""
+    def common(run: Run, base: Run) -> float | None:
+        hits = common_level_trials(curve(run), curve(base), trials)
+        return None if hits is None else math.log(hits[1] / hits[0])
+
+    def along(run: Run, base: Run) -> float | None:
+        return mean_curve_log_ratio(curve(run), curve(base), trials)
+
+    return {"common_level_saving": geomean_ratio(paired_values(runs, arm, baseline, common), n_boot),
+            "curve_speedup": geomean_ratio(paired_values(runs, arm, baseline, along), n_boot),
+            "to_baseline_best": reach_baseline_best(runs, arm, baseline, curve, trials)}
+
+
 def summarise(runs: Sequence[Run], trials: int | Sequence[int], slack: float = TARGET_SLACK,
               baseline: str = BASELINE, n_boot: int = 2000) -> list[dict[str, Any]]:
     """One row per (budget N, arm) over the re-timed runs (others are left out): share of runs at the task's target
     within N, censored median trials to it, geomean best latency / target at N, and against `baseline` (same task
     and seed) the geomean speedup of the best latency at N and the geomean saving in trials to target (a run
     not there by N counts as N + 1, so a saving is understated when the baseline never gets there), each with a
-    task-clustered 95% CI; wall seconds per run and in all."""
+    task-clustered 95% CI, and `threshold_free`'s measures (keys ending in "_vs_baseline"); wall seconds per run
+    and in all."""
     budgets = [trials] if isinstance(trials, int) else list(trials)
     runs = [r for r in runs if "tuning_seconds" in r and r.get("retimed") is not None]
     targets = task_targets(runs, slack)
@@ -213,7 +285,10 @@ def summarise(runs: Sequence[Run], trials: int | Sequence[int], slack: float = T
             curve = curves[(run["task"], run["arm"], run["seed"])]
             return None if target is None else trials_to_target(curve, target, n)
 
-        best, capped = _run_values(lambda run: curves[(run["task"], run["arm"], run["seed"])], targets, n)
+        def curve(run: Run) -> list[float]:
+            return curves[(run["task"], run["arm"], run["seed"])]
+
+        best, capped = _run_values(curve, targets, n)
         for arm in arms:
             mine = [r for r in runs if r["arm"] == arm]
             hits = [hit(r) for r in mine if r["task"] in targets]
@@ -236,6 +311,8 @@ def summarise(runs: Sequence[Run], trials: int | Sequence[int], slack: float = T
                 row["speedup_vs_baseline"] = geomean_ratio(paired_log_ratios(runs, arm, baseline, best), n_boot)
                 row["trials_saving_vs_baseline"] = geomean_ratio(
                     paired_log_ratios(runs, arm, baseline, capped), n_boot)
+                row.update({f"{key}_vs_baseline": value
+                            for key, value in threshold_free(runs, arm, baseline, curve, n, n_boot).items()})
             rows.append(row)
     return rows
 
@@ -265,8 +342,8 @@ def ablation_pairs(runs: Sequence[Run], trials: int, n_boot: int = 2000, slack: 
                    ) -> list[dict[str, Any]]:
     """For each of `ABLATION_PAIRS` whose two arms both have re-timed runs: the geomean speedup of the arm's best
     re-timed latency at `trials` over its baseline's on the same task and seed, with its task-clustered 95% CI,
-    and under `trials_saving` the same for trials to the task's target (a run not there by `trials` counts as
-    `trials` + 1, as in `summarise`)."""
+    under `trials_saving` the same for trials to the task's target (a run not there by `trials` counts as
+    `trials` + 1, as in `summarise`), and `threshold_free`'s measures."""
     runs = [r for r in runs if "tuning_seconds" in r and r.get("retimed") is not None]
     present = {r["arm"] for r in runs}
     targets = task_targets(runs, slack)
@@ -274,7 +351,8 @@ def ablation_pairs(runs: Sequence[Run], trials: int, n_boot: int = 2000, slack: 
     best, capped = _run_values(retimed_curve, targets, trials)
     return [{"trials": trials, "arm": arm, "baseline": base, "share": share,
              **geomean_ratio(paired_log_ratios(runs, arm, base, best), n_boot),
-             "trials_saving": geomean_ratio(paired_log_ratios(runs, arm, base, capped), n_boot)}
+             "trials_saving": geomean_ratio(paired_log_ratios(runs, arm, base, capped), n_boot),
+             **threshold_free(runs, arm, base, retimed_curve, trials, n_boot)}
             for arm, base, share in ABLATION_PAIRS if arm in present and base in present]
 
 
@@ -293,6 +371,7 @@ def reach_fractions(runs: Sequence[Run], trials: int, slack: float = TARGET_SLAC
 
 
 __all__ = ["ABLATION_PAIRS", "BASELINE", "FAILED_SECONDS", "TARGET_SLACK", "ablation_pairs", "best_so_far",
-           "capped_trials_to_target", "censored_median", "cluster_bootstrap", "geomean_ratio", "improvers",
-           "median_seconds", "paired_log_ratios", "reach_fractions", "reach_shares", "retimed_curve", "summarise",
-           "task_targets", "trials_to_target", "value_at"]
+           "capped_trials_to_target", "censored_median", "cluster_bootstrap", "common_level_trials", "geomean_ratio",
+           "improvers", "mean_curve_log_ratio", "median_seconds", "paired_log_ratios", "paired_values",
+           "reach_baseline_best", "reach_fractions", "reach_shares", "retimed_curve", "summarise", "task_targets",
+           "threshold_free", "trials_to_target", "value_at"]
