@@ -74,8 +74,9 @@ def format_stability(result: dict) -> str:
             spread = by_rev["spread"][key]
             spread_text = "-" if math.isnan(spread) else f"{spread:.2f}"
             lines.append(f"| {name} | {label} | " + " | ".join(text) + f" | {spread_text} |")
+        reach = [by_rev[rev]["to_baseline_best"] for rev in revs]
         text = [f"{f'> {n}' if r['median'] is None else format(r['median'], 'g')} ({r['baseline_median']:g}), "
-                f"{r['reached']}/{r['pairs']} there" for r in (by_rev[rev]["to_baseline_best"] for rev in revs)]
+                f"{r['reached']}/{r['pairs']} there ({r['within_fifth']} within N/5)" for r in reach]
         lines.append(f"| {name} | median trials to the baseline run's best, arm (baseline) | " + " | ".join(text)
                      + " | |")
     return "\n".join(lines)

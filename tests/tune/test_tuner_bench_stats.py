@@ -193,7 +193,8 @@ def test_the_threshold_free_measures_do_not_move_with_the_global_target():
     assert pair["common_level_saving"]["ratio"] == pytest.approx(2.0) and pair["common_level_saving"]["pairs"] == 2
     assert pair["curve_speedup"]["ratio"] == pytest.approx(math.exp(along))
     # ppo is at evolutionary's best by trial 2 on t and 1 on u; evolutionary itself by 4 and 2.
-    assert row["to_baseline_best_vs_baseline"] == {"median": 1.5, "reached": 2, "pairs": 2, "baseline_median": 3.0}
+    assert row["to_baseline_best_vs_baseline"] == {"median": 1.5, "reached": 2, "within_fifth": 0, "pairs": 2,
+                                                   "baseline_median": 3.0}
 
 
 def test_reach_baseline_best_censors_runs_that_never_get_there():
@@ -202,7 +203,10 @@ def test_reach_baseline_best_censors_runs_that_never_get_there():
             run("t", "evolutionary", 2, {0: 5.0, 2: 2.0}, n=4), run("t", "ppo", 2, {0: 5.0}, n=4),
             run("t", "ppo", 3, {0: 1.0}, n=4)]  # no baseline run for seed 3: left out
     reach = S.reach_baseline_best(runs, "ppo", "evolutionary", S.retimed_curve, 4)
-    assert reach == {"median": None, "reached": 1, "pairs": 3, "baseline_median": 3.0}  # ppo: > 4, 1, > 4
+    assert reach == {"median": None, "reached": 1, "within_fifth": 0, "pairs": 3,  # ppo: > 4, 1, > 4
+                     "baseline_median": 3.0}
+    at10 = S.reach_baseline_best(runs, "ppo", "evolutionary", S.retimed_curve, 10)  # curves keep their last value
+    assert at10["reached"] == 1 and at10["within_fifth"] == 1  # seed 1 at trial 1 <= 10 / 5; seed 0's 2.0 > 1.0
     assert S.reach_baseline_best(runs, "ppo", "evolutionary", S.retimed_curve, 1)["median"] == 1.0  # all at 1
 
 

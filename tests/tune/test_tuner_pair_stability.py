@@ -40,7 +40,8 @@ def test_sittings_are_compared_on_the_runs_they_all_re_timed():
     assert pair["a"]["common_level_saving"]["ratio"] == pytest.approx(math.sqrt(2.0))  # level 2.0: trial 2 vs 4
     table = stab.format_stability(result)
     assert "| ppo vs random-walk | best latency | 1.00x [" in table and "| 1.41 |" in table
-    assert "| ppo vs random-walk | median trials to the baseline run's best, arm (baseline) | 1.5 (2.5)" in table
+    assert ("| ppo vs random-walk | median trials to the baseline run's best, arm (baseline) | 1.5 (2.5), 2/2 there "
+            "(0 within N/5)") in table
 
 
 def test_one_sitting_has_no_spread_and_no_common_run_is_an_error():

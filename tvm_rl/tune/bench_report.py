@@ -52,15 +52,17 @@ def format_table(rows: list[dict], trials: int | list[int] | None = None, timing
 
 
 def _threshold_free_header(n: int, first: str) -> str:
-    return (f"| {first} | trials to the baseline run's best at {n}: median, arm (baseline) | runs there | trials to "
-            f"the pair's common level, saving | best-so-far speedup, mean over 1..{n} |\n|---|---|---|---|---|")
+    return (f"| {first} | trials to the baseline run's best at {n}: median, arm (baseline) | runs there (within "
+            f"{n / 5:g}) | trials to the pair's common level, saving | best-so-far speedup, mean over 1..{n} |\n"
+            "|---|---|---|---|---|")
 
 
 def _threshold_free_cells(entry: dict, n: int, suffix: str = "") -> str:
     """`bench_stats.threshold_free`'s measures as table cells (keys with `suffix` in a summary row)."""
     reach = entry[f"to_baseline_best{suffix}"]
     median = "-" if reach["pairs"] == 0 else f"> {n}" if reach["median"] is None else f"{reach['median']:g}"
-    return (f"{median} ({_fmt(reach['baseline_median'], 'g')}) | {reach['reached']}/{reach['pairs']} | "
+    return (f"{median} ({_fmt(reach['baseline_median'], 'g')}) | {reach['reached']}/{reach['pairs']} "
+            f"({reach['within_fifth']}) | "
             f"{_ci(entry[f'common_level_saving{suffix}'])} | {_ci(entry[f'curve_speedup{suffix}'])}")
 
 
