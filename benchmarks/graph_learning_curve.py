@@ -111,8 +111,6 @@ def main(argv=None) -> None:
 
     target = tvm.target.Target(args.target)
     hardware, proxy_source = proxy_of(target, args)
-    if args.time_budget is not None and args.time_budget <= 0:
-        args.time_budget = None
     settings = settings_of(target, args)
     out = Path(args.out or f"logs/graph_curve_{args.model}_{args.size}.json")
     saved = json.loads(out.read_text()) if out.exists() else {}

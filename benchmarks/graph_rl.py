@@ -56,7 +56,7 @@ def add_arm_args(ap: argparse.ArgumentParser, default_arms: tuple[str, ...] = ab
                     "usually ends it first); greedy-never-stop: steps")
     ap.add_argument("--episodes", type=int, default=s.episodes, help="pass: episodes")
     ap.add_argument("--time-budget", type=float, default=s.time_budget_s, help="pass: search seconds per model and "
-                    "run")
+                    "run (0: none, the steps alone bound it)")
     ap.add_argument("--shortlist", type=int, default=s.shortlist, help="pass: candidates shown per step")
     ap.add_argument("--no-all-matches", action="store_true", help="pass: one match per step only")
     ap.add_argument("--alpha", type=float, default=s.alpha, help="backtracking's alpha")
@@ -71,7 +71,9 @@ def proxy_of(target, args):
 
 
 def settings_of(target, args) -> ablation.Settings:
-    return ablation.Settings(target, args.episodes, args.steps, args.time_budget, args.cap or None, args.shortlist,
+    """The arms' settings from the shared arguments; --time-budget 0 bounds the pass by steps alone."""
+    budget = args.time_budget if args.time_budget is not None and args.time_budget > 0 else None
+    return ablation.Settings(target, args.episodes, args.steps, budget, args.cap or None, args.shortlist,
                              not args.no_all_matches, args.alpha, args.greedy_steps, args.policy)
 
 

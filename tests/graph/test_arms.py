@@ -64,6 +64,17 @@ def test_cheapest_first_takes_the_cheapest_candidate_in_episode_0_even_uphill():
     assert np.abs(later - 0.25).max() < 0.03, later  # later episodes: uniform, stop included
 
 
+def test_cheapest_then_softmax_is_cheapest_first_then_cost_softmax():
+    arm = arms.make("cheapest-then-softmax")
+    assert arm.name == "cheapest-then-softmax"
+    s0, s1 = step([3.0, 2.0, 5.0], current=1.0, episode=0), step([1.2, 0.9, 1.0, 0.8], current=1.0, episode=2)
+    rng = np.random.default_rng(0)
+    assert {arm.choose(s0, rng) for _ in range(50)} == {1}  # episode 0: the cheapest, uphill too, never stop
+    later = frequencies(arm, s1)
+    assert np.abs(later - arms.CostSoftmax().probabilities(s1)).max() < 0.03, later  # later: by cost change
+    assert np.abs(later - 0.2).max() > 0.1  # not uniform, as cheapest-first's later episodes are
+
+
 def test_cost_softmax_weighs_rows_by_their_cost_change():
     costs_ = [1.2, 0.9, 1.0, 0.8]
     s = step(costs_, current=1.0)
@@ -128,9 +139,12 @@ def test_the_default_arm_is_what_the_committed_ablation_supports():
     for path in ABLATIONS:
         summaries |= {m: r["summary"] for m, r in json.loads(path.read_text())["models"].items()}
     assert len(summaries) >= 15, sorted(summaries)  # the 11 full-size zoo models and the 4 held-out ones
-    compared = [ablation.compare({a: s[a] for a in arms.ARMS}) for s in summaries.values()]
-    rules = [a for a in arms.ARMS if a not in arms.LEARNED]
-    geo = {a: ablation.geomean(s[a]["mean"] for s in summaries.values()) for a in arms.ARMS}
+    # The arms this ablation ran on every model (an arm added since, without that evidence, cannot be the default).
+    ran = [a for a in arms.ARMS if all(a in s for s in summaries.values())]
+    assert arms.DEFAULT_ARM in ran and set(arms.LEARNED) <= set(ran), ran
+    compared = [ablation.compare({a: s[a] for a in ran}) for s in summaries.values()]
+    rules = [a for a in ran if a not in arms.LEARNED]
+    geo = {a: ablation.geomean(s[a]["mean"] for s in summaries.values()) for a in ran}
     best_rule = max(rules, key=geo.get)
 
     def holds_up(arm: str) -> bool:
@@ -304,6 +318,8 @@ def test_the_benchmarks_cap_zero_enumerates_every_candidate_as_the_pass_does(mon
     assert graph_rl.settings_of("llvm", ap.parse_args([])).cap == 64
     assert graph_rl.settings_of("llvm", ap.parse_args(["--cap", "0"])).cap is None
     assert RLRewritePass(cap=None).cap is None  # what --cap 0 compares with: every candidate
+    assert graph_rl.settings_of("llvm", ap.parse_args([])).time_budget_s == 10.0
+    assert graph_rl.settings_of("llvm", ap.parse_args(["--time-budget", "0"])).time_budget_s is None  # steps alone
 
 
 def test_the_pass_users_get_is_the_pass_the_ablation_measured(monkeypatch):

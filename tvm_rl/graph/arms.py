@@ -7,6 +7,8 @@ budget, best graph kept, confirmation) is the same for all, so they compare the 
 - "uniform": every step, uniformly among the candidates and stop; every episode.
 - "cheapest-first": episode 0 takes the cheapest candidate other than stop, uphill too, until the step or time
   budget ends (the rollout keeps the best graph seen); later episodes pick as "uniform".
+- "cheapest-then-softmax": episode 0 as "cheapest-first", later episodes as "cost-softmax". At the pass's default
+  10 s budget episode 0 takes the whole budget on the full-size zoo models, so the two differ only with a longer one.
 - "cost-softmax": every step and episode, P(row) proportional to exp(-relative cost change / T) (stop's change
   is 0), T = `SOFTMAX_T`; a 5% cheaper candidate weighs e = 2.7 times stop at the default.
 - "untrained": a freshly initialised `GraphActorCritic`, weights seeded by the pass's seed; episode 0 its argmax,
@@ -32,7 +34,7 @@ import torch
 from .agent import GraphActorCritic, PolicyError
 from .observation import Decision
 
-ARMS = ("uniform", "cheapest-first", "cost-softmax", "untrained", "trained")
+ARMS = ("uniform", "cheapest-first", "cost-softmax", "cheapest-then-softmax", "untrained", "trained")
 LEARNED = ("trained",)  # every other arm is a rule or an untrained network: what learning must beat
 DEFAULT_ARM = "cheapest-first"  # RLRewritePass(policy=None) runs this arm: no network, no checkpoint
 SOFTMAX_T = 0.05  # cost-softmax temperature, on the relative cost change (0.05: 5% cheaper is e times as likely)
@@ -78,14 +80,16 @@ class Uniform:
 
 class CheapestFirst:
     """Episode 0: the cheapest candidate, never stop, uphill too (ties: the first in candidate order). Later
-    episodes: uniform over the candidates and stop."""
+    episodes: `later` (default: uniform over the candidates and stop)."""
 
-    name = "cheapest-first"
+    def __init__(self, later: Arm | None = None, name: str = "cheapest-first"):
+        self.later: Arm = later if later is not None else Uniform()
+        self.name = name
 
     def choose(self, step: Step, rng: np.random.Generator) -> int:
         if step.episode == 0:
             return int(np.argmin(np.asarray(step.costs, dtype=float)))
-        return Uniform().choose(step, rng)
+        return self.later.choose(step, rng)
 
 
 class CostSoftmax:
@@ -145,6 +149,8 @@ def make(policy: Arm | GraphActorCritic | str | Path | None = None, seed: int = 
             return CheapestFirst()
         if policy == "cost-softmax":
             return CostSoftmax()
+        if policy == "cheapest-then-softmax":
+            return CheapestFirst(CostSoftmax(), "cheapest-then-softmax")
         if policy == "untrained":
             return untrained(seed)
         return Network(GraphActorCritic.load(None))
