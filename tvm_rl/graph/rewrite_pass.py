@@ -7,11 +7,11 @@ Per episode a chooser (an "arm" of `arms`) rewrites `main` one (rule, match) at 
 the step/time budget runs out. The default, `arms.DEFAULT_ARM`, is "cheapest-first", a rule without learning:
 the learned policy did not beat it (docs/results/graph_ablation.md), so it runs no network and loads no
 checkpoint. The learned policy stays an option (`policy="trained"`, a checkpoint path or a `GraphActorCritic`;
-its first episode is its argmax, the others sample), as do "uniform", "cost-softmax" and "untrained", all run
-in the same loop (what each does per episode: `arms`). The cheapest graph met on any episode (by the cost
-function, default: the roofline proxy) is kept. It is returned only if it is cheaper than the input, and, with
-`confirm` (the default), only if it also *measures* faster end to end on the target (with `database`'s tuned
-kernels, the same for both): the pass never returns a graph that is slower than its input by the measure it
+its first episode is its argmax, the others sample), as do "uniform", "cost-softmax", "cheapest-then-softmax" and
+"untrained", all run in the same loop (what each does per episode: `arms`). The cheapest graph met on any episode
+(by the cost function, default: the roofline proxy) is kept. It is returned only if it is cheaper than the input,
+and, with `confirm` (the default), only if it also *measures* faster end to end on the target (with `database`'s
+tuned kernels, the same for both): the pass never returns a graph that is slower than its input by the measure it
 was given.
 What it did is logged (logger "tvm_rl.graph") and kept in `.last_report`.
 """
@@ -118,7 +118,8 @@ class RLRewritePass:
     learning, which the learned policy did not beat).
 
     target: what the graph is optimised and measured for. policy: None (`arms.DEFAULT_ARM`), an arm's name:
-    "cheapest-first", "uniform", "cost-softmax", "untrained" (a fresh network, weights from `seed`), "trained"
+    "cheapest-first", "uniform", "cost-softmax", "cheapest-then-softmax", "untrained" (a fresh network, weights
+    from `seed`), "trained"
     (the learned policy shipped with tvm-rl); a checkpoint path; a `GraphActorCritic`; or an `arms.Arm`. See
     `tvm_rl.graph.arms`. Or a search run once in place of the episodes, until done or `time_budget_s`: "greedy",
     "backtracking" (TASO's 1000 expansions) or "backtracking-N" (`search.pass_search`); they take minutes on
