@@ -11,7 +11,7 @@ against the baseline arm pair runs of the same task and seed (they start from th
 come with 95% intervals from a task-clustered bootstrap: tasks resampled with replacement, then seeds within each
 drawn task, so a CI reflects how much the answer depends on which tasks and seeds were picked.
 
-Two paired measures do not hang on the global target, whose few percent of slack sits inside the drift between
+Three paired measures do not hang on the global target, whose few percent of slack sits inside the drift between
 re-timing sittings: trials to the pair's common level (the worse of the two runs' best latencies at N, which both
 reach by N, so nothing is censored), the best-so-far speedup averaged over trials 1..N (the area between the two
 curves on a log scale), and the median trials an arm takes to reach its paired baseline run's best at N.
