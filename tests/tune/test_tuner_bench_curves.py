@@ -1,6 +1,6 @@
 """The tuner benchmark's trials-to-target curves, plot and tables (no tuning)."""
 from tvm_rl.tune import bench_stats
-from tvm_rl.tune.bench_report import format_pairs
+from tvm_rl.tune.bench_report import format_pairs, plot_paired
 from tvm_rl.tune.benchmark import format_cost, format_table, format_tasks, plot_reach, reach_fractions, summarise
 
 
@@ -22,6 +22,9 @@ def test_reach_fractions_and_plot(tmp_path):
     assert frac["evolutionary"] == [0.5, 0.5, 0.5]
     plot_reach(RUNS, 3, tmp_path / "reach.png", marks=[1, 3], shared=1)
     assert (tmp_path / "reach.png").stat().st_size > 0
+    walks = [dict(r, arm="random-walk") for r in RUNS if r["arm"] == "evolutionary"]
+    plot_paired(RUNS + walks, 3, tmp_path / "paired.png")  # ppo and random-walk vs evolutionary; ppo vs walks
+    assert (tmp_path / "paired.png").stat().st_size > 0
 
 
 def test_tables_show_censoring_and_ratios():

@@ -197,6 +197,19 @@ def test_the_threshold_free_measures_do_not_move_with_the_global_target():
                                                    "baseline_median": 3.0}
 
 
+def test_paired_speedup_curve_is_the_per_trial_geomean_whose_mean_log_is_the_curve_speedup():
+    runs = [run("t", "evolutionary", 0, {0: 4.0, 3: 1.0}, n=4), run("t", "ppo", 0, {0: 4.0, 1: 1.0}, n=4),
+            run("u", "evolutionary", 0, {0: 5.0, 1: 3.0}, n=4), run("u", "ppo", 0, {0: 3.0}, n=4),
+            run("v", "evolutionary", 0, {1: 2.0}, n=4), run("v", "ppo", 0, {0: 2.0}, n=4)]  # v: no pair at trial 1
+    curve = S.paired_speedup_curve(runs, "ppo", "evolutionary", 4)
+    # Trial 1: t 1x, u 5/3x (v has no baseline latency yet); trial 2: t 4x, u 1x, v 1x; 3: the same; 4: all 1x.
+    assert curve == pytest.approx([math.sqrt(5 / 3), 4 ** (1 / 3), 4 ** (1 / 3), 1.0])
+    row = next(r for r in S.summarise(runs, 4, n_boot=50) if r["arm"] == "ppo")
+    along = np.mean([np.mean([0, math.log(4), math.log(4), 0]), np.mean([math.log(5 / 3), 0, 0, 0]), 0.0])
+    assert row["curve_speedup_vs_baseline"]["ratio"] == pytest.approx(math.exp(along))
+    assert all(math.isnan(v) for v in S.paired_speedup_curve(runs, "ppo", "random-walk", 2))  # no such pairs
+
+
 def test_reach_baseline_best_censors_runs_that_never_get_there():
     runs = [run("t", "evolutionary", 0, {0: 4.0, 3: 1.0}, n=4), run("t", "ppo", 0, {0: 4.0, 1: 2.0}, n=4),
             run("t", "evolutionary", 1, {0: 3.0}, n=4), run("t", "ppo", 1, {0: 3.0}, n=4),

@@ -1,5 +1,5 @@
 """The tuner benchmark's report: its summary and per-task tables (and a provisional look at a running one), its cost
-line, and the trials-to-target plot."""
+line, the trials-to-target plot and the paired best-so-far speedup plot."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,17 @@ from typing import Any
 
 import numpy as np
 
-from .bench_stats import BASELINE, TARGET_SLACK, reach_fractions, retimed_curve, summarise, task_targets, value_at
+from .bench_stats import (
+    ABLATION_PAIRS,
+    BASELINE,
+    TARGET_SLACK,
+    paired_speedup_curve,
+    reach_fractions,
+    retimed_curve,
+    summarise,
+    task_targets,
+    value_at,
+)
 
 
 def _fmt(value: Any, spec: str, none: str = "-") -> str:
@@ -121,6 +131,41 @@ def plot_reach(runs: list[dict], trials: int, path: Path, marks: list[int] | Non
     plt.close(fig)
 
 
+def plot_paired(runs: list[dict], trials: int, path: Path, baseline: str = BASELINE, shared: int | None = None
+                ) -> None:
+    """Run against run, after each trial: left, every arm's best-so-far speedup over `baseline`'s run on the same
+    task and seed; right, each ablation pair's (`bench_stats.paired_speedup_curve`). Nothing drawn is censored.
+    The first `shared` trials, the shared first batch of all but the -own-first arms, are shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in runs if r.get("retimed") is not None]
+    present = list(dict.fromkeys(r["arm"] for r in runs))
+    x = np.arange(1, trials + 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for ax in (left, right):  # more lines than the default cycle's 10 colours
+        ax.set_prop_cycle(color=[plt.get_cmap("tab20")(i) for i in range(20)])
+        if shared:
+            ax.axvspan(0.5, shared + 0.5, color="grey", alpha=0.12, lw=0)
+    for arm in (a for a in present if a != baseline):
+        left.plot(x, paired_speedup_curve(runs, arm, baseline, trials), label=arm,
+                  lw=2 if arm.startswith("ppo") else 1)
+    for arm, base, _ in ABLATION_PAIRS:
+        if arm in present and base in present:
+            right.plot(x, paired_speedup_curve(runs, arm, base, trials), label=f"{arm} vs {base}")
+    for ax, title in ((left, f"against {baseline}"), (right, "ablation pairs")):
+        ax.axhline(1.0, color="grey", lw=0.6)
+        ax.set_xlabel("measured trials")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=6)
+    left.set_ylabel("best-so-far speedup, geomean over paired runs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def format_cost(cost: dict[str, float], by_arm: dict[str, float]) -> str:
     """One line of what the benchmark cost in hours: each arm's runs, the shared batches, re-timing, waiting for
     the cores, and the total (0 where nothing was charged yet)."""
@@ -158,5 +203,5 @@ def format_peek(state: dict[str, Any]) -> str:
     return head + "\n\n" + format_table(summarise(runs, budgets), budgets, timing="tuning-time")
 
 
-__all__ = ["format_cost", "format_pairs", "format_peek", "format_table", "format_tasks", "plot_reach",
+__all__ = ["format_cost", "format_pairs", "format_peek", "format_table", "format_tasks", "plot_paired", "plot_reach",
            "provisional_runs"]

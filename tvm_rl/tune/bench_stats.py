@@ -250,6 +250,25 @@ def reach_baseline_best(runs: Sequence[Run], arm: str, baseline: str, curve: Cal
             "baseline_median": censored_median(base_hits)}
 
 
+def paired_speedup_curve(runs: Sequence[Run], arm: str, baseline: str, trials: int,
+                         curve: Callable[[Run], Sequence[float]] = retimed_curve) -> list[float]:
+    """After each trial t = 1..`trials`: the arm's best-so-far speedup over its paired baseline run, the geomean
+    over the (task, seed) pairs with a valid latency in both by then, each task weighing the same (NaN where no
+    pair has both). Its mean log over t is `threshold_free`'s "curve_speedup"."""
+    by = _by_key(runs)
+    pairs = [(task, curve(run), curve(by[(task, baseline, seed)])) for (task, name, seed), run in sorted(by.items())
+             if name == arm and (task, baseline, seed) in by]
+    out = []
+    for t in range(1, trials + 1):
+        logs: dict[str, list[float]] = {}
+        for task, mine, base in pairs:
+            a, b = value_at(mine, t), value_at(base, t)
+            if math.isfinite(a) and math.isfinite(b):
+                logs.setdefault(task, []).append(math.log(b / a))
+        out.append(math.exp(_mean_of_means(list(logs.values()))) if logs else math.nan)
+    return out
+
+
 def threshold_free(runs: Sequence[Run], arm: str, baseline: str, curve: Callable[[Run], Sequence[float]],
                    trials: int, n_boot: int = 2000) -> dict[str, Any]:
     """The paired measures that need no global target (see the module's docstring), at budget `trials`: the
@@ -374,6 +393,6 @@ def reach_fractions(runs: Sequence[Run], trials: int, slack: float = TARGET_SLAC
 
 __all__ = ["ABLATION_PAIRS", "BASELINE", "FAILED_SECONDS", "TARGET_SLACK", "ablation_pairs", "best_so_far",
            "capped_trials_to_target", "censored_median", "cluster_bootstrap", "common_level_trials", "geomean_ratio",
-           "improvers", "mean_curve_log_ratio", "median_seconds", "paired_log_ratios", "paired_values",
-           "reach_baseline_best", "reach_fractions", "reach_shares", "retimed_curve", "summarise", "task_targets",
-           "threshold_free", "trials_to_target", "value_at"]
+           "improvers", "mean_curve_log_ratio", "median_seconds", "paired_log_ratios", "paired_speedup_curve",
+           "paired_values", "reach_baseline_best", "reach_fractions", "reach_shares", "retimed_curve", "summarise",
+           "task_targets", "threshold_free", "trials_to_target", "value_at"]

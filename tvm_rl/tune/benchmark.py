@@ -29,7 +29,7 @@ from ..interrupt import interruptible
 from ..measure import host_cpu_target, parse_target
 from . import bench_runs
 from .bench_archive import Archive, archive_path
-from .bench_report import format_cost, format_pairs, format_peek, format_table, format_tasks, plot_reach
+from .bench_report import format_cost, format_pairs, format_peek, format_table, format_tasks, plot_paired, plot_reach
 from .bench_stats import TARGET_SLACK, ablation_pairs, reach_fractions, summarise, task_targets
 from .intrin import preload_tensor_intrinsics
 from .tophub import TophubTask, load_tasks, tophub_dir
@@ -385,7 +385,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     print("\n" + format_cost(cost, by_arm))
     png = out.with_suffix(".png")
     plot_reach(runs, budgets[-1], png, marks=budgets + [max(1, b // 5) for b in budgets], shared=args.per_iter)
-    print(f"wrote {out} and {png}")
+    paired_png = out.with_name(out.stem + "_paired.png")
+    plot_paired(runs, budgets[-1], paired_png, shared=args.per_iter)
+    print(f"wrote {out}, {png} and {paired_png}")
     return 0
 
 
