@@ -98,7 +98,7 @@ def test_benchmark_end_to_end_and_resume(tmp_path, capsys):
     assert main(argv) == 0
     first = capsys.readouterr().out
     state = json.loads((tmp_path / "tuner.json").read_text())
-    assert (tmp_path / "tuner.png").stat().st_size > 0
+    assert (tmp_path / "tuner.png").stat().st_size > 0 and (tmp_path / "tuner_paired.png").stat().st_size > 0
     runs = {r["arm"]: r for r in state["runs"]}
     assert set(runs) == {"evolutionary-own-first", "evolutionary", "random"}
     for r in runs.values():
