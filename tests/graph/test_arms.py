@@ -141,7 +141,8 @@ def test_the_default_arm_is_what_the_committed_ablation_supports():
     assert len(summaries) >= 15, sorted(summaries)  # the 11 full-size zoo models and the 4 held-out ones
     # The arms this ablation ran on every model (an arm added since, without that evidence, cannot be the default).
     ran = [a for a in arms.ARMS if all(a in s for s in summaries.values())]
-    assert arms.DEFAULT_ARM in ran and set(arms.LEARNED) <= set(ran), ran
+    learned = [a for a in arms.LEARNED if a in ran]
+    assert arms.DEFAULT_ARM in ran and learned, ran
     compared = [ablation.compare({a: s[a] for a in ran}) for s in summaries.values()]
     rules = [a for a in ran if a not in arms.LEARNED]
     geo = {a: ablation.geomean(s[a]["mean"] for s in summaries.values()) for a in ran}
@@ -150,7 +151,7 @@ def test_the_default_arm_is_what_the_committed_ablation_supports():
     def holds_up(arm: str) -> bool:
         return all(c["vs_best"][arm] >= -ablation.THRESHOLD for c in compared)
 
-    winners = [a for a in arms.LEARNED if holds_up(a) and geo[a] > geo[best_rule]]
+    winners = [a for a in learned if holds_up(a) and geo[a] > geo[best_rule]]
     if arms.DEFAULT_ARM in arms.LEARNED:
         assert arms.DEFAULT_ARM in winners, (geo, compared)
     else:
@@ -194,6 +195,28 @@ def test_the_trained_policy_stays_an_option(monkeypatch):
     assert rewrite.policy is not None and rewrite.policy.path == DEFAULT_POLICY
     rewrite(T.merge_matmul_graph())
     assert encoded and rewrite.last_report.policy == "trained" and rewrite.last_report.steps >= 1
+
+
+def test_cheapest_then_trained_encodes_only_for_the_later_episodes(monkeypatch):
+    """The learned counterpart of cheapest-then-softmax: episode 0 is the rule's (no graph encoded), later
+    episodes sample from the checkpoint, the shipped one by name, the one given to the ablation otherwise."""
+    encoded, observe = [], rewrite_pass.observe
+    monkeypatch.setattr(rewrite_pass, "observe", lambda *a, **k: (encoded.append(1), observe(*a, **k))[1])
+    first = RLRewritePass(policy="cheapest-then-trained", max_steps=2, episodes=1, confirm=False, cost=PROXY)
+    assert first.policy is not None and first.policy.path == DEFAULT_POLICY  # the network the pass encodes for
+    first(T.merge_matmul_graph())
+    assert not encoded and first.last_report.policy == "cheapest-then-trained"
+    later = RLRewritePass(policy="cheapest-then-trained", max_steps=2, episodes=2, confirm=False, cost=PROXY)
+    later(T.merge_matmul_graph())
+    assert encoded
+    loaded = []
+    monkeypatch.setattr(GraphActorCritic, "load", classmethod(lambda cls, path: loaded.append(path) or
+                                                              GraphActorCritic(PolicyConfig(hidden=16, gat_layers=1))))
+    arm = arms.learned("cheapest-then-trained", "my.pt")
+    assert loaded == ["my.pt"] and isinstance(arm, arms.CheapestFirst) and arm.policy is not None
+    assert isinstance(arms.learned("trained", "my.pt"), arms.Network)
+    with pytest.raises(ValueError, match="not a learned arm"):
+        arms.learned("cheapest-first", "my.pt")
 
 
 def test_untrained_weights_come_from_the_seed_alone():

@@ -102,7 +102,7 @@ def run(mod: tvm.IRModule, arm: str, cost_fn: Callable[[], CostFn], settings: Se
 
     arm, fn, s = check_arm(arm), cost_fn(), settings
     if arm in arms.ARMS:
-        policy = s.policy if arm == "trained" and s.policy is not None else arm
+        policy: arms.Arm | str = arms.learned(arm, s.policy) if arm in arms.LEARNED and s.policy is not None else arm
         rewrite = RLRewritePass(s.target, policy, max_steps=s.max_steps, time_budget_s=s.time_budget_s,
                                 episodes=s.episodes, confirm=False, cost=fn, cap=s.cap, shortlist=s.shortlist,
                                 seed=seed, all_matches=s.all_matches)

@@ -14,6 +14,8 @@ budget, best graph kept, confirmation) is the same for all, so they compare the 
 - "untrained": a freshly initialised `GraphActorCritic`, weights seeded by the pass's seed; episode 0 its argmax,
   later ones sampled, as the trained policy.
 - "trained": a checkpoint (default: the shipped one); episode 0 its argmax, later ones sampled.
+- "cheapest-then-trained": episode 0 as "cheapest-first", later episodes sampled from the checkpoint: the learned
+  counterpart of "cheapest-then-softmax", for a policy trained for the best of a few sampled episodes.
 
 All randomness comes from the generator the pass seeds with its `seed`, so a seeded run repeats.
 `DEFAULT_ARM` is what `RLRewritePass(policy=None)` runs: switching the pass's default is changing it. It is
@@ -34,8 +36,9 @@ import torch
 from .agent import GraphActorCritic, PolicyError
 from .observation import Decision
 
-ARMS = ("uniform", "cheapest-first", "cost-softmax", "cheapest-then-softmax", "untrained", "trained")
-LEARNED = ("trained",)  # every other arm is a rule or an untrained network: what learning must beat
+ARMS = ("uniform", "cheapest-first", "cost-softmax", "cheapest-then-softmax", "untrained", "trained",
+        "cheapest-then-trained")
+LEARNED = ("trained", "cheapest-then-trained")  # the others are rules or an untrained network: what learning must beat
 DEFAULT_ARM = "cheapest-first"  # RLRewritePass(policy=None) runs this arm: no network, no checkpoint
 SOFTMAX_T = 0.05  # cost-softmax temperature, on the relative cost change (0.05: 5% cheaper is e times as likely)
 
@@ -86,6 +89,11 @@ class CheapestFirst:
         self.later: Arm = later if later is not None else Uniform()
         self.name = name
 
+    @property
+    def policy(self) -> GraphActorCritic | None:
+        """The later episodes' network, where they sample from one: the pass encodes graphs for it."""
+        return getattr(self.later, "policy", None)
+
     def choose(self, step: Step, rng: np.random.Generator) -> int:
         if step.episode == 0:
             return int(np.argmin(np.asarray(step.costs, dtype=float)))
@@ -133,6 +141,17 @@ def untrained(seed: int = 0) -> Network:
         return Network(GraphActorCritic().eval(), "untrained")
 
 
+def learned(name: str, policy: GraphActorCritic | str | Path | None = None) -> Arm:
+    """The learned arm `name` (one of `LEARNED`) with the network `policy` (a checkpoint path or a network; None:
+    the shipped one)."""
+    network = Network(policy if isinstance(policy, GraphActorCritic) else GraphActorCritic.load(policy))
+    if name == "cheapest-then-trained":
+        return CheapestFirst(network, name)
+    if name != "trained":
+        raise ValueError(f"{name!r} is not a learned arm: one of {', '.join(LEARNED)}")
+    return network
+
+
 def make(policy: Arm | GraphActorCritic | str | Path | None = None, seed: int = 0) -> Arm:
     """The arm `policy` names: an `Arm`; a `GraphActorCritic`; an arm name from `ARMS` ("trained": the shipped
     checkpoint); a checkpoint path; None: `DEFAULT_ARM`. `seed` seeds "untrained"'s weights."""
@@ -153,7 +172,7 @@ def make(policy: Arm | GraphActorCritic | str | Path | None = None, seed: int = 
             return CheapestFirst(CostSoftmax(), "cheapest-then-softmax")
         if policy == "untrained":
             return untrained(seed)
-        return Network(GraphActorCritic.load(None))
+        return learned(policy)
     if isinstance(policy, str) and not Path(policy).exists() and not policy.endswith(".pt"):
         from .search import SEARCH_NAMES  # here: search imports this module
 
