@@ -36,9 +36,10 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
                          "refined on the run's records, where one is shipped, else xgb")
     ap.add_argument("--no-rewrite", action="store_true", help="skip the graph pass")
     ap.add_argument("--policy", default=None, help="graph pass: what chooses the rewrites, as in tvm-rl rewrite "
-                    "(cheapest-first, uniform, cost-softmax, cheapest-then-softmax, untrained, trained, a policy "
-                    "checkpoint, or a search: greedy, backtracking[-N], which need a longer --rewrite-seconds; default "
-                    "cheapest-first, a rule without learning: the learned policy did not beat it)")
+                    "(cheapest-first, uniform, cost-softmax, cheapest-then-softmax, cheapest-then-trained, untrained, "
+                    "trained, a policy checkpoint, or a search: greedy, backtracking[-N], which need a longer "
+                    "--rewrite-seconds; default cheapest-first, a rule without learning: the learned policy did not "
+                    "beat it)")
     ap.add_argument("--rewrite-steps", type=int, default=defaults.MAX_STEPS,
                     help=f"graph pass: rewrites per episode at most (default {defaults.MAX_STEPS})")
     ap.add_argument("--rewrite-seconds", type=float, default=defaults.TIME_BUDGET_S,

@@ -118,8 +118,8 @@ class RLRewritePass:
     learning, which the learned policy did not beat).
 
     target: what the graph is optimised and measured for. policy: None (`arms.DEFAULT_ARM`), an arm's name:
-    "cheapest-first", "uniform", "cost-softmax", "cheapest-then-softmax", "untrained" (a fresh network, weights
-    from `seed`), "trained"
+    "cheapest-first", "uniform", "cost-softmax", "cheapest-then-softmax", "cheapest-then-trained", "untrained" (a
+    fresh network, weights from `seed`), "trained"
     (the learned policy shipped with tvm-rl); a checkpoint path; a `GraphActorCritic`; or an `arms.Arm`. See
     `tvm_rl.graph.arms`. Or a search run once in place of the episodes, until done or `time_budget_s`: "greedy",
     "backtracking" (TASO's 1000 expansions) or "backtracking-N" (`search.pass_search`); they take minutes on
