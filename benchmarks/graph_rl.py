@@ -2,9 +2,10 @@
 
 `python benchmarks/graph_rl.py [--size tiny|full] [--models ...] [--arms ...] [--seeds 0 1 2] [--no-measure]
 [--proxy-from JSON | --database DIR] [--policy PATH] [--audit]`
-Arms (`tvm_rl.graph.arms`, `tvm_rl.graph.ablation`): uniform, cheapest-first, cost-softmax, untrained and
-trained run in `RLRewritePass`'s own loop (shortlist, every-match actions, --episodes, --time-budget), once per
-seed; greedy, greedy-never-stop, backtracking-100 and backtracking-1000 are deterministic searches, run once.
+Arms (`tvm_rl.graph.arms`, `tvm_rl.graph.ablation`): uniform, cheapest-first, cost-softmax, cheapest-then-softmax,
+untrained, trained and cheapest-then-trained (--policy: the checkpoint of the last two) run in `RLRewritePass`'s own
+loop (shortlist, every-match actions, --episodes, --time-budget), once per seed; greedy, greedy-never-stop,
+backtracking-100 and backtracking-1000 are deterministic searches, run once.
 All are steered and first judged by the roofline proxy: fitted to --database's tuned kernels, or rebuilt from
 the "proxy" a previous run recorded in its JSON (--proxy-from), else nominal. Per model and arm: the proxy's
 speedup, mean ± 95% t-interval over the seeds (n = 3 by default: a wide interval), seconds and steps, and
@@ -188,7 +189,7 @@ def main() -> None:
     ap.add_argument("--size", default="tiny", choices=models.SIZES)
     ap.add_argument("--models", nargs="*", default=models.names())
     ap.add_argument("--target", default="llvm")
-    ap.add_argument("--policy", default=None, help="the trained arm's checkpoint (default: the shipped one)")
+    ap.add_argument("--policy", default=None, help="the learned arms' checkpoint (default: the shipped one)")
     add_arm_args(ap)
     add_tuning_args(ap)
     ap.add_argument("--repeat", type=int, default=20)

@@ -144,12 +144,10 @@ def untrained(seed: int = 0) -> Network:
 def learned(name: str, policy: GraphActorCritic | str | Path | None = None) -> Arm:
     """The learned arm `name` (one of `LEARNED`) with the network `policy` (a checkpoint path or a network; None:
     the shipped one)."""
-    network = Network(policy if isinstance(policy, GraphActorCritic) else GraphActorCritic.load(policy))
-    if name == "cheapest-then-trained":
-        return CheapestFirst(network, name)
-    if name != "trained":
+    if name not in LEARNED:
         raise ValueError(f"{name!r} is not a learned arm: one of {', '.join(LEARNED)}")
-    return network
+    network = Network(policy if isinstance(policy, GraphActorCritic) else GraphActorCritic.load(policy))
+    return CheapestFirst(network, name) if name == "cheapest-then-trained" else network
 
 
 def make(policy: Arm | GraphActorCritic | str | Path | None = None, seed: int = 0) -> Arm:
