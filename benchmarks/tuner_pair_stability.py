@@ -26,9 +26,10 @@ MEASURES = [("ratio", "best latency"), ("trials_saving", "trials to target"),
 
 
 def _load(path: str, revision: str) -> dict:
-    text = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=ROOT, check=True, capture_output=True,
-                          text=True).stdout
-    return json.loads(text)
+    shown = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=ROOT, capture_output=True, text=True)
+    if shown.returncode != 0:
+        raise SystemExit(f"{path} at revision {revision}: {shown.stderr.strip() or 'git show failed'}")
+    return json.loads(shown.stdout)
 
 
 def _key(run: dict) -> tuple:

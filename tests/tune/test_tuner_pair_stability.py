@@ -50,3 +50,8 @@ def test_one_sitting_has_no_spread_and_no_common_run_is_an_error():
     assert "| - |" in stab.format_stability(result)
     with pytest.raises(ValueError, match="no run is re-timed in every one of a, b"):
         stab.stability({"a": sitting(1.0), "b": {"runs": [run("w", "ppo", 5, {0: 1.0})]}}, trials=4)
+
+
+def test_a_revision_git_does_not_know_is_one_clear_line():
+    with pytest.raises(SystemExit, match="logs/tuner_llvm.json at revision no-such-revision: .*no-such-revision"):
+        stab._load("logs/tuner_llvm.json", "no-such-revision")
