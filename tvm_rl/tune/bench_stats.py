@@ -163,6 +163,13 @@ def _by_key(runs: Iterable[Run]) -> dict[tuple[str, str, int], Run]:
     return {(r["task"], r["arm"], r["seed"]): r for r in runs}
 
 
+def _pairs(runs: Iterable[Run], arm: str, baseline: str) -> list[tuple[str, Run, Run]]:
+    """(task, arm's run, baseline's run) for each (task, seed) both arms ran, in (task, seed) order."""
+    by = _by_key(runs)
+    return [(task, run, by[(task, baseline, seed)]) for (task, name, seed), run in sorted(by.items())
+            if name == arm and (task, baseline, seed) in by]
+
+
 RunValue = Callable[[Run], float | None]
 # (arm's run, baseline's run) -> a log ratio, above 0 when the arm is ahead; None when the pair has none.
 PairValue = Callable[[Run, Run], float | None]
@@ -170,12 +177,8 @@ PairValue = Callable[[Run, Run], float | None]
 
 def paired_values(runs: Sequence[Run], arm: str, baseline: str, log_ratio: PairValue) -> list[list[float]]:
     """Per task (sorted), `log_ratio(arm run, baseline run)` over the seeds both arms ran where it is finite."""
-    by = _by_key(runs)
     out: dict[str, list[float]] = {}
-    for (task, name, seed), run in sorted(by.items()):
-        base = by.get((task, baseline, seed))
-        if name != arm or base is None:
-            continue
+    for task, run, base in _pairs(runs, arm, baseline):
         value = log_ratio(run, base)
         if value is not None and math.isfinite(value):
             out.setdefault(task, []).append(value)
@@ -237,11 +240,9 @@ def reach_baseline_best(runs: Sequence[Run], arm: str, baseline: str, curve: Cal
     baseline run's best latency at `trials` (None: the median run did not within `trials`), how many runs did (and
     how many within `trials` / 5, the issue's bar), and the baseline's own median trials to that best (never
     censored)."""
-    by = _by_key(runs)
     hits, base_hits = [], []
-    for (task, name, seed), run in sorted(by.items()):
-        base = by.get((task, baseline, seed))
-        if name != arm or base is None or not math.isfinite(level := value_at(curve(base), trials)):
+    for _, run, base in _pairs(runs, arm, baseline):
+        if not math.isfinite(level := value_at(curve(base), trials)):
             continue
         hits.append(trials_to_target(curve(run), level, trials))
         base_hits.append(trials_to_target(curve(base), level, trials))
@@ -255,9 +256,7 @@ def paired_speedup_curve(runs: Sequence[Run], arm: str, baseline: str, trials: i
     """After each trial t = 1..`trials`: the arm's best-so-far speedup over its paired baseline run, the geomean
     over the (task, seed) pairs with a valid latency in both by then, each task weighing the same (NaN where no
     pair has both). Its mean log over t is `threshold_free`'s "curve_speedup"."""
-    by = _by_key(runs)
-    pairs = [(task, curve(run), curve(by[(task, baseline, seed)])) for (task, name, seed), run in sorted(by.items())
-             if name == arm and (task, baseline, seed) in by]
+    pairs = [(task, curve(run), curve(base)) for task, run, base in _pairs(runs, arm, baseline)]
     out = []
     for t in range(1, trials + 1):
         logs: dict[str, list[float]] = {}
