@@ -23,8 +23,22 @@ def test_reach_fractions_and_plot(tmp_path):
     plot_reach(RUNS, 3, tmp_path / "reach.png", marks=[1, 3], shared=1)
     assert (tmp_path / "reach.png").stat().st_size > 0
     walks = [dict(r, arm="random-walk") for r in RUNS if r["arm"] == "evolutionary"]
-    plot_paired(RUNS + walks, 3, tmp_path / "paired.png")  # ppo and random-walk vs evolutionary; ppo vs walks
+    assert plot_paired(RUNS + walks, 3, tmp_path / "paired.png")  # ppo and random-walk vs evolutionary; ppo vs walks
     assert (tmp_path / "paired.png").stat().st_size > 0
+
+
+def test_paired_plot_draws_only_the_panels_the_runs_hold(tmp_path):
+    import matplotlib.image
+
+    ppo = [r for r in RUNS if r["arm"] == "ppo"]
+    walks = [dict(r, arm="random-walk") for r in RUNS if r["arm"] == "evolutionary"]
+    both = tmp_path / "both.png"
+    assert plot_paired(RUNS + walks, 3, both)
+    alone = tmp_path / "pair_only.png"
+    assert plot_paired(ppo + walks, 3, alone)  # no evolutionary run: the ablation pair's panel alone
+    assert matplotlib.image.imread(alone).shape[1] < 0.6 * matplotlib.image.imread(both).shape[1]
+    assert not plot_paired(ppo, 3, tmp_path / "none.png")  # nothing to pair: no file
+    assert not (tmp_path / "none.png").exists()
 
 
 def test_tables_show_censoring_and_ratios():

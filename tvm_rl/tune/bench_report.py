@@ -132,10 +132,11 @@ def plot_reach(runs: list[dict], trials: int, path: Path, marks: list[int] | Non
 
 
 def plot_paired(runs: list[dict], trials: int, path: Path, baseline: str = BASELINE, shared: int | None = None
-                ) -> None:
+                ) -> bool:
     """Run against run, after each trial: left, every arm's best-so-far speedup over `baseline`'s run on the same
     task and seed; right, each ablation pair's (`bench_stats.paired_speedup_curve`). Nothing drawn is censored.
-    The first `shared` trials, the shared first batch of all but the -own-first arms, are shaded."""
+    A panel with nothing to pair is left out; with neither, nothing is written (False). The first `shared`
+    trials, the shared first batch of all but the -own-first arms, are shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -144,26 +145,30 @@ def plot_paired(runs: list[dict], trials: int, path: Path, baseline: str = BASEL
     runs = [r for r in runs if r.get("retimed") is not None]
     present = list(dict.fromkeys(r["arm"] for r in runs))
     x = np.arange(1, trials + 1)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
-    for ax in (left, right):  # more lines than the default cycle's 10 colours
-        ax.set_prop_cycle(color=[plt.get_cmap("tab20")(i) for i in range(20)])
+    # A panel only for what the runs hold: a benchmark of two PPOSearch arms has no baseline run to pair with.
+    against = [a for a in present if a != baseline] if baseline in present else []
+    pairs = [(a, b) for a, b, _ in ABLATION_PAIRS if a in present and b in present]
+    panels = [(f"against {baseline}", [(arm, baseline, arm) for arm in against])] if against else []
+    panels += [("ablation pairs", [(a, b, f"{a} vs {b}") for a, b in pairs])] if pairs else []
+    if not panels:
+        return False
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), sharey=True, squeeze=False)
+    for ax, (title, lines) in zip(axes[0], panels):
+        ax.set_prop_cycle(color=[plt.get_cmap("tab20")(i) for i in range(20)])  # more lines than 10 colours
         if shared:
             ax.axvspan(0.5, shared + 0.5, color="grey", alpha=0.12, lw=0)
-    for arm in (a for a in present if a != baseline):
-        left.plot(x, paired_speedup_curve(runs, arm, baseline, trials), label=arm,
-                  lw=2 if arm.startswith("ppo") else 1)
-    for arm, base, _ in ABLATION_PAIRS:
-        if arm in present and base in present:
-            right.plot(x, paired_speedup_curve(runs, arm, base, trials), label=f"{arm} vs {base}")
-    for ax, title in ((left, f"against {baseline}"), (right, "ablation pairs")):
+        for arm, base, label in lines:
+            ax.plot(x, paired_speedup_curve(runs, arm, base, trials), label=label,
+                    lw=2 if base == baseline and arm.startswith("ppo") else 1)
         ax.axhline(1.0, color="grey", lw=0.6)
         ax.set_xlabel("measured trials")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=6)
-    left.set_ylabel("best-so-far speedup, geomean over paired runs")
+    axes[0][0].set_ylabel("best-so-far speedup, geomean over paired runs")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return True
 
 
 def format_cost(cost: dict[str, float], by_arm: dict[str, float]) -> str:

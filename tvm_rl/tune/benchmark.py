@@ -386,8 +386,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     png = out.with_suffix(".png")
     plot_reach(runs, budgets[-1], png, marks=budgets + [max(1, b // 5) for b in budgets], shared=args.per_iter)
     paired_png = out.with_name(out.stem + "_paired.png")
-    plot_paired(runs, budgets[-1], paired_png, shared=args.per_iter)
-    print(f"wrote {out}, {png} and {paired_png}")
+    paired = plot_paired(runs, budgets[-1], paired_png, shared=args.per_iter)
+    print(f"wrote {out}, {png}" + (f" and {paired_png}" if paired else " (no arms to pair, so no paired plot)"))
     return 0
 
 
