@@ -9,14 +9,13 @@ in the pass's own settings. It reads JSONs only: nothing is rewritten or priced 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from . import arms, defaults
+from . import ablation, arms, defaults
 
 TARGET = 1.05  # issue 20: the learned default >= 1.05x over the best non-learned arm ...
 TARGET_MODELS = 3  # ... on >= 3 models
@@ -82,23 +81,23 @@ def headroom(docs: Sequence[tuple[str, dict]], default_arm: str = arms.DEFAULT_A
     `headroom` = best / default."""
     learned = set(learned)
     reference: dict[str, list[float]] = {}
-    best: dict[str, Best] = {}
     best_rule: dict[str, Best] = {}
     best_learned: dict[str, Best] = {}
     for source, doc, model, arm, row in _runs(docs):
         speedup = float(row["speedup"])
         if arm == default_arm and is_pass_default(doc.get("settings", {})):
             reference.setdefault(model, []).append(speedup)
-        run = Best(speedup, arm, row.get("seed"), source)
-        for table in (best, best_learned if arm in learned else best_rule):
-            if model not in table or speedup > table[model].speedup:
-                table[model] = run
+        table = best_learned if arm in learned else best_rule
+        if model not in table or speedup > table[model].speedup:
+            table[model] = Best(speedup, arm, row.get("seed"), source)
     out: dict[str, dict[str, Any]] = {}
     for model, values in reference.items():
         default = float(np.mean(values))
-        out[model] = {"default": default, "default_runs": len(values), "best": best[model],
+        best = max((b for b in (best_rule.get(model), best_learned.get(model)) if b is not None),
+                   key=lambda b: b.speedup)  # the default arm's own runs are in best_rule: never empty
+        out[model] = {"default": default, "default_runs": len(values), "best": best,
                       "best_rule": best_rule.get(model), "best_learned": best_learned.get(model),
-                      "headroom": best[model].speedup / default}
+                      "headroom": best.speedup / default}
     if not out:
         raise HeadroomError(f"no model has runs of {default_arm!r} in the pass's default settings "
                             f"({defaults.TIME_BUDGET_S:g} s, {defaults.EPISODES} episodes of {defaults.MAX_STEPS} "
@@ -111,7 +110,7 @@ def verdict(rows: dict[str, dict[str, Any]], target: float = TARGET, models: int
     them: if not, nothing found so far leaves a policy the room to meet the target on that many."""
     room = sorted(m for m, r in rows.items() if r["headroom"] >= target)
     return {"target": target, "models_needed": models, "models_with_room": room, "room": len(room) >= models,
-            "geomean_headroom": float(math.exp(np.mean([math.log(r["headroom"]) for r in rows.values()])))}
+            "geomean_headroom": ablation.geomean(r["headroom"] for r in rows.values())}
 
 
 def as_json(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
