@@ -92,6 +92,13 @@ def test_checked_runner_fails_wrong_crashing_and_hanging_candidates(artifacts, l
     other = CheckedRunner([tvm.IRModule({"main": te.create_prim_func([te.placeholder((2,), name="x")])})],
                           inner=local_runner)
     assert other.run([artifacts["wrong"]])[0].result().error_msg is None and "not checked" in caplog.text
+    # With `only`, a workload outside it is a reference but its candidates pass on unchecked, without a warning.
+    caplog.clear()
+    unlisted = CheckedRunner([kernel()], inner=local_runner, only=other.workloads[next(iter(other.workloads))])
+    assert unlisted.run([artifacts["wrong"]])[0].result().error_msg is None and unlisted.checked == 0
+    assert "not checked" not in caplog.text
+    listed = CheckedRunner([kernel()], inner=local_runner, only=[kernel()])
+    assert classify(None, listed.run([artifacts["wrong"]])[0].result().error_msg)[0] == "wrong"
 
 
 def test_error_summaries():

@@ -24,6 +24,7 @@ from ..measure import kernel_stage, parse_target
 from . import search_strategy
 from .cost_model import default as default_cost_model
 from .cost_model.warm import warm as warm_cost_model
+from .design_space import guarded, space_generator
 from .intrin import preload_tensor_intrinsics
 from .measure_callback import AfterBatch, ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
@@ -176,9 +177,14 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         strategy = StopWhenExhausted(SkipMeasured(strategy))
         resumed = any(done.get(key, 0) for key in keys)
     names = [name for name, _, _ in todo]
+    # Kernels whose layout rewrite breaks every build (fused attention) are tuned without it only where their
+    # candidates can be checked, since some of those schedules compute wrong results (`design_space`).
+    local = _is_local(runner)
+    unchecked = [mod for _, mod, _ in todo if local and guarded(mod, target)]
     loggers = ms.logging.get_loggers_from_work_dir(str(work_dir / "ms_logs"), names)
     # Each task needs its own strategy state: cloning the context clones its strategy (as MetaSchedule does).
-    contexts = [ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
+    contexts = [ms.TuneContext(mod=mod, target=target, space_generator=space_generator(target, guard=local),
+                               search_strategy=strategy,
                                task_name=name, logger=logger, rand_state=rand_state, num_threads="physical").clone()
                 for (name, mod, _), logger, rand_state in zip(todo, loggers, ms.utils.fork_seed(seed, n=len(todo)))]
     if cost_model is None:
@@ -189,8 +195,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         if not isinstance(cost_model, ms.CostModel):
             cost_model = ms.CostModel.create(cost_model, num_tuning_cores=contexts[0].num_threads, tree_method="auto")
         _warm_on_records(cost_model, contexts, keys, database)
-    if check_results:
-        runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner)
+    if check_results or unchecked:
+        runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner, only=None if check_results else unchecked)
     report.failure_log = folder.failures_path
     # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
     with interruptible(lambda: _resume_hint(folder)):

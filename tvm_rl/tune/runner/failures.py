@@ -168,11 +168,14 @@ class CheckedRunner(PyRunner):
     task's function of the same signature. References are built for the CPU (LLVM) once per workload; the
     candidate runs on its own device (`RunnerInput.device_type`) on the local host, so a remote runner's
     device cannot be checked. A candidate of an unknown signature is passed on unchecked, with a warning.
-    `timeout_sec` (default: the inner runner's) bounds the check's run.
+    `timeout_sec` (default: the inner runner's) bounds the check's run. With `only`, just the candidates of
+    those workloads' signatures are checked and the rest passed on silently (every workload still serves as a
+    reference, so another task of the same signature cannot fail a right candidate).
     """
 
     def __init__(self, workloads: Sequence[tvm.IRModule | tirx.PrimFunc], inner: ms.Runner | str = "local",
-                 rtol: float = 1e-3, atol: float = 1e-3, timeout_sec: float | None = None, seed: int = 0) -> None:
+                 rtol: float = 1e-3, atol: float = 1e-3, timeout_sec: float | None = None, seed: int = 0,
+                 only: Sequence[tvm.IRModule | tirx.PrimFunc] | None = None) -> None:
         super().__init__()
         self.inner = ms.Runner.create(inner) if isinstance(inner, str) else inner
         # By default a hang is cut off when the inner runner would cut it off.
@@ -183,6 +186,8 @@ class CheckedRunner(PyRunner):
             func = _prim_func(workload)
             key = _signature(ms.arg_info.ArgInfo.from_prim_func(func))
             self.workloads.setdefault(key, []).append(func)
+        self.only = None if only is None else {
+            _signature(ms.arg_info.ArgInfo.from_prim_func(_prim_func(w))) for w in only}
         self._references: dict[tuple, tuple[list[np.ndarray], list[list[np.ndarray]]]] = {}
         self._warned: set[tuple] = set()
         self._pool: PopenPoolExecutor | None = None
@@ -197,6 +202,8 @@ class CheckedRunner(PyRunner):
 
     def _check(self, inp: RunnerInput) -> str | None:
         key = _signature(inp.args_info)
+        if self.only is not None and key not in self.only:
+            return None
         if key not in self.workloads:
             if key not in self._warned:
                 self._warned.add(key)

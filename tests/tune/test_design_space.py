@@ -1,0 +1,89 @@
+"""The tuning design space: MetaSchedule's, with RewriteLayout skipped where it breaks the build (fused attention)."""
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, te, topi
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder.local_builder import default_build
+
+from tvm_rl import measure
+from tvm_rl.tune import extract_tasks, tune_model
+from tvm_rl.tune.design_space import intermediate_layout_free, space_generator
+from tvm_rl.tune.intrin import preload_tensor_intrinsics
+
+G, S, D = 2, 8, 4
+
+
+def attention_model() -> tuple[tvm.IRModule, np.ndarray]:
+    """softmax(Q K^T / 2 + bias) V as one R.nn.attention over (G, S, 1, D) operands, and its constant bias."""
+    bias = np.random.default_rng(0).standard_normal((1, 1, S, S)).astype("float32")
+    params = [relax.Var(n, relax.TensorType([G, S, 1, D], "float32")) for n in "qkv"]
+    bb = relax.BlockBuilder()
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.attention(*params, relax.const(bias), scale=0.5))
+        bb.emit_func_output(out)
+    return bb.get(), bias
+
+
+def attention_task(cpu) -> tvm.IRModule:
+    (task,) = [t for t in extract_tasks(attention_model()[0], cpu) if "attention" in t.task_name]
+    return task.dispatched[0]
+
+
+def dense_task() -> tvm.IRModule:
+    x, w = te.placeholder((16, 32), name="X"), te.placeholder((24, 32), name="W")
+    return tvm.IRModule({"main": te.create_prim_func([x, w, topi.nn.dense(x, w)])})
+
+
+def first_space(mod: tvm.IRModule, cpu, generator) -> tvm.s_tir.Schedule:
+    """The first design space of `mod`, postprocessed; None if a postprocessor rejects it."""
+    preload_tensor_intrinsics()
+    context = ms.TuneContext(mod=mod, target=cpu, space_generator=generator, task_name="t", rand_state=0)
+    sch = context.generate_design_space()[0]
+    sch.enter_postproc()
+    assert all(p.apply(sch) for p in context.space_generator.postprocs)
+    return sch
+
+
+def test_fused_attention_marks_an_intermediate_layout_free(cpu):
+    # TOPI marks the batch matmuls' second operand layout-free; fused, it is a reshape computed in the kernel.
+    assert intermediate_layout_free(attention_task(cpu))
+    assert intermediate_layout_free(dense_task()) == []  # a dense's weight is a parameter
+
+
+def test_stock_postprocessors_break_fused_attention_and_the_guard_does_not(cpu):
+    task = attention_task(cpu)
+    stock = first_space(task, cpu, "post-order-apply")
+    with pytest.raises(Exception, match="used before its definition"):
+        default_build(stock.mod, cpu, None)
+    guarded = first_space(task, cpu, space_generator(cpu))
+    assert "transform_layout" not in str(guarded.trace)
+    default_build(guarded.mod, cpu, None)
+
+
+def test_the_guard_keeps_the_layout_rewrite_of_a_weight(cpu):
+    sch = first_space(dense_task(), cpu, space_generator(cpu))
+    assert "transform_layout" in str(sch.trace)
+
+
+def test_gpu_targets_keep_metaschedules_space():
+    assert space_generator(tvm.target.Target({"kind": "cuda", "arch": "sm_90"})) == "post-order-apply"
+
+
+@pytest.mark.slow
+def test_fused_attention_is_tuned_and_still_computes_attention(cpu, tmp_path):
+    mod, bias = attention_model()
+    # Random schedules (replayed from the seed, so the same ones each run) rather than the evolutionary default.
+    db, report = tune_model(mod, cpu, tmp_path, trials_per_kernel=8, trials_per_iter=8, strategy="random",
+                            op_filter="attention")
+    # Every candidate builds now; those that compute something else are caught as wrong and never timed.
+    assert report.failures["build"] == 0 and report.failures["wrong"] > 0
+    assert any(float(r.run_secs[0]) < 1e9 for r in db.get_all_tuning_records())
+    q, k, v = (np.random.default_rng(i).standard_normal((G, S, 1, D)).astype("float32") for i in range(3))
+    out = measure.Runner(measure.build(mod, cpu, database=db), cpu)([q, k, v])
+    scores = np.einsum("gqd,gkd->gqk", q[:, :, 0], k[:, :, 0]) * 0.5 + bias[0]
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    expected = np.einsum("gqk,gkd->gqd", weights, v[:, :, 0])[:, :, None]
+    measure.assert_close(out, [expected])

@@ -1,0 +1,95 @@
+"""The design-space generator every tuning run here uses: MetaSchedule's own, with one postprocessor guarded.
+
+On LLVM, MetaSchedule's `RewriteLayout` postprocessor pre-transforms every buffer a block lists as a
+"layout_free_placeholders" (a weight, normally a function parameter), and the builder then removes that
+pre-transform block (`RemoveWeightLayoutRewriteBlock`). TOPI's attention marks the second operand of its batch
+matmuls layout-free, but once Relax fuses the kernel that operand is an intermediate (a reshape of K or V computed
+in the same kernel), so every schedule of an `R.nn.attention` kernel fails to build ("Buffer T_reshape_global is
+used before its definition") and the kernel ships untuned. `GuardedRewriteLayout` skips the layout rewrite for a
+workload whose layout-free placeholders are not all parameters, and applies it unchanged everywhere else.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.postproc import PyPostproc
+
+from .. import measure
+
+LAYOUT_FREE = "layout_free_placeholders"
+
+
+def _blocks(func: Any):
+    """Every block of a PrimFunc, outermost first."""
+    from tvm.s_tir import SBlock
+
+    todo: list[Any] = [func.body]
+    while todo:
+        node = todo.pop()
+        if node is None:
+            continue
+        if isinstance(node, SBlock):
+            yield node
+            todo += [node.body, node.init]
+            continue
+        for attr in ("body", "block", "then_case", "else_case"):
+            todo.append(getattr(node, attr, None))
+        todo += list(getattr(node, "seq", []))
+
+
+def intermediate_layout_free(mod: tvm.IRModule) -> list[str]:
+    """The names of the buffers `mod`'s main function marks layout-free that are not its parameters (empty when
+    `RewriteLayout` is safe for it)."""
+    func = mod["main"]
+    params = list(func.params)
+    out = []
+    for block in _blocks(func):
+        for buf in block.annotations.get(LAYOUT_FREE, []):
+            if not any(buf.same_as(p) for p in params):
+                out.append(str(buf.name))
+    return out
+
+
+@derived_object
+class GuardedRewriteLayout(PyPostproc):
+    """MetaSchedule's `RewriteLayout`, skipped (the schedule kept as it is) for a workload that marks an
+    intermediate buffer layout-free."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = ms.postproc.RewriteLayout()
+        self.skip = False
+
+    def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
+        self.skip = context.mod is not None and bool(intermediate_layout_free(context.mod))
+
+    def apply(self, sch: tvm.s_tir.Schedule) -> bool:
+        if self.skip:
+            return True
+        return bool(self.inner.apply(sch))
+
+    def clone(self) -> ms.Postproc:
+        out = GuardedRewriteLayout()
+        out.skip = self.skip
+        return out
+
+
+def guarded(mod: tvm.IRModule, target: tvm.target.Target) -> bool:
+    """Whether `space_generator(target)` tunes `mod` without its layout rewrite. Such kernels' schedules must be
+    checked (`runner.failures.CheckedRunner`): with it, some compute-at decisions that MetaSchedule samples in
+    fused attention compute wrong results, which the failing build used to hide."""
+    return not measure.is_gpu(target) and bool(intermediate_layout_free(mod))
+
+
+def space_generator(target: tvm.target.Target, guard: bool = True) -> ms.SpaceGenerator | str:
+    """MetaSchedule's default design space for `target` ("post-order-apply"); on CPU with `guard`,
+    `RewriteLayout` replaced by `GuardedRewriteLayout`. Pass it as a TuneContext's `space_generator`, and check
+    the candidates of the `guarded` workloads."""
+    if measure.is_gpu(target) or not guard:
+        return "post-order-apply"
+    postprocs = [GuardedRewriteLayout() if isinstance(p, ms.postproc.RewriteLayout) else p
+                 for p in ms.Postproc.create("llvm")]
+    return ms.space_generator.PostOrderApply(postprocs=postprocs)
