@@ -128,7 +128,9 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
 
     Failed candidates (build errors, crashes, timeouts) are counted in the report and their reasons appended
     to `work_dir/failures.jsonl`; `check_results` also fails candidates whose outputs differ from the
-    unscheduled kernel's (`failures.CheckedRunner`). Ctrl-C raises TuningInterrupted, saying how to resume.
+    unscheduled kernel's (`failures.CheckedRunner`); with the local runner the candidates of kernels tuned
+    without MetaSchedule's layout rewrite (fused attention on CPU: `design_space`) are always checked. Ctrl-C
+    raises TuningInterrupted, saying how to resume.
     `cost_model` rates candidates for every task of the call: by default (None) `cost_model.default(kind)`, the
     pre-trained model shipped for the target kind refined on the run's records, or MetaSchedule's XGBModel where
     none is shipped; "xgb" is MetaSchedule's XGBModel; or any MetaSchedule CostModel (`cost_model.create(...)`).
