@@ -52,22 +52,10 @@ def safe_name(name: str) -> str:
 def has_reduction(mod: tvm.IRModule) -> bool:
     """Whether the module's `main` has a block with a reduction axis (matmul, conv, pooling, softmax, norms):
     the kernels whose schedules matter. Element-wise and layout kernels have none."""
-    from tvm.s_tir import SBlock
+    from .tir_blocks import blocks
 
-    todo: list[Any] = [mod["main"].body]
-    while todo:
-        node = todo.pop()
-        if node is None:
-            continue
-        if isinstance(node, SBlock):
-            if any(int(iv.iter_type) == 2 for iv in node.iter_vars):  # IterVar.CommReduce
-                return True
-            todo += [node.body, node.init]
-            continue
-        for attr in ("body", "block", "then_case", "else_case"):
-            todo.append(getattr(node, attr, None))
-        todo += list(getattr(node, "seq", []))
-    return False
+    # IterVar.CommReduce
+    return any(int(iv.iter_type) == 2 for block in blocks(mod["main"]) for iv in block.iter_vars)
 
 
 def tophub_logs(target: tvm.target.Target, directory: str | Path | None = None, which: str = "target") -> list[Path]:

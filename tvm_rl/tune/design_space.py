@@ -1,4 +1,4 @@
-"""The design-space generator every tuning run here uses: MetaSchedule's own, with one postprocessor guarded.
+"""The design space `tune_workloads` tunes in: MetaSchedule's own, with one postprocessor guarded.
 
 On LLVM, MetaSchedule's `RewriteLayout` postprocessor pre-transforms every buffer a block lists as a
 "layout_free_placeholders" (a weight, normally a function parameter), and the builder then removes that
@@ -10,34 +10,15 @@ workload whose layout-free placeholders are not all parameters, and applies it u
 """
 from __future__ import annotations
 
-from typing import Any
-
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.postproc import PyPostproc
 
 from .. import measure
+from .tir_blocks import blocks
 
 LAYOUT_FREE = "layout_free_placeholders"
-
-
-def _blocks(func: Any):
-    """Every block of a PrimFunc, outermost first."""
-    from tvm.s_tir import SBlock
-
-    todo: list[Any] = [func.body]
-    while todo:
-        node = todo.pop()
-        if node is None:
-            continue
-        if isinstance(node, SBlock):
-            yield node
-            todo += [node.body, node.init]
-            continue
-        for attr in ("body", "block", "then_case", "else_case"):
-            todo.append(getattr(node, attr, None))
-        todo += list(getattr(node, "seq", []))
 
 
 def intermediate_layout_free(mod: tvm.IRModule) -> list[str]:
@@ -46,7 +27,7 @@ def intermediate_layout_free(mod: tvm.IRModule) -> list[str]:
     func = mod["main"]
     params = list(func.params)
     out = []
-    for block in _blocks(func):
+    for block in blocks(func):
         for buf in block.annotations.get(LAYOUT_FREE, []):
             if not any(buf.same_as(p) for p in params):
                 out.append(str(buf.name))
