@@ -38,7 +38,7 @@ def dense_task() -> tvm.IRModule:
 
 
 def first_space(mod: tvm.IRModule, cpu, generator) -> tvm.s_tir.Schedule:
-    """The first design space of `mod`, postprocessed; None if a postprocessor rejects it."""
+    """The first design space of `mod`, postprocessed (every postprocessor must accept it)."""
     preload_tensor_intrinsics()
     context = ms.TuneContext(mod=mod, target=cpu, space_generator=generator, task_name="t", rand_state=0)
     sch = context.generate_design_space()[0]

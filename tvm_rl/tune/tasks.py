@@ -182,7 +182,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     # Kernels whose layout rewrite breaks every build (fused attention) are tuned without it only where their
     # candidates can be checked, since some of those schedules compute wrong results (`design_space`).
     local = _is_local(runner)
-    unchecked = [mod for _, mod, _ in todo if local and guarded(mod, target)]
+    to_check = [mod for _, mod, _ in todo if local and guarded(mod, target)]
     loggers = ms.logging.get_loggers_from_work_dir(str(work_dir / "ms_logs"), names)
     # Each task needs its own strategy state: cloning the context clones its strategy (as MetaSchedule does).
     contexts = [ms.TuneContext(mod=mod, target=target, space_generator=space_generator(target, guard=local),
@@ -197,8 +197,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         if not isinstance(cost_model, ms.CostModel):
             cost_model = ms.CostModel.create(cost_model, num_tuning_cores=contexts[0].num_threads, tree_method="auto")
         _warm_on_records(cost_model, contexts, keys, database)
-    if check_results or unchecked:
-        runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner, only=None if check_results else unchecked)
+    if check_results or to_check:
+        runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner, only=None if check_results else to_check)
     report.failure_log = folder.failures_path
     # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
     with interruptible(lambda: _resume_hint(folder)):
