@@ -20,8 +20,11 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m tvm_rl.cli demo
 
+# Two workers (the tests leave a core idle most of the time: subprocesses, builds, timing); worksteal balances the
+# long end-to-end tests, which would otherwise queue behind one module on one worker. PYTEST_WORKERS=0 runs serially.
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=15 tests
+	$(PY) -m pytest -q --durations=15 -n $(PYTEST_WORKERS) --dist worksteal tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests

@@ -11,6 +11,13 @@ _TOPHUB = Path(__file__).resolve().parents[2] / "shared" / "tophub"
 if _TOPHUB.is_dir():
     os.environ.setdefault("TVM_RL_TOPHUB_DIR", str(_TOPHUB))
 
+# The first MetaSchedule TuneContext in a process imports TVM's tensorize intrinsics: about a minute on two busy
+# cores the plain way, seconds through the package's own loader. Loaded once here, so whichever test makes the
+# first TuneContext directly does not pay the minute.
+from tvm_rl.tune.intrin import preload_tensor_intrinsics  # noqa: E402
+
+preload_tensor_intrinsics()
+
 
 @pytest.fixture(scope="session")
 def cpu():
