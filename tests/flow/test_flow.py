@@ -12,7 +12,9 @@ from tvm_rl.graph import testing as T
 @pytest.mark.slow
 def test_optimize_a_relax_module_end_to_end(tmp_path, cpu):
     mod = T.merge_matmul_graph()
-    out = tvm_rl.optimize(mod, cpu, work_dir=tmp_path, trials_per_kernel=2, rewrite_steps=3, repeat=3)
+    # random sampling keeps it short; the CLI test below runs the default strategy end to end
+    out = tvm_rl.optimize(mod, cpu, work_dir=tmp_path, trials_per_kernel=2, rewrite_steps=3, repeat=3,
+                          strategy="random")
     r = out.report
     assert r.default_ms > 0 and r.optimized_ms > 0 and r.kernels_tuned >= 1 and r.trials_measured >= 1
     assert {"import", "default build", "graph pass", "tuning"} <= set(r.seconds)

@@ -18,7 +18,7 @@ from tvm_rl.tune.measure_callback import StopOnInterrupt
 REPO = Path(__file__).resolve().parents[2]
 TOPHUB = REPO.parent / "shared" / "tophub"
 # Small PPO rounds (--walks, --evaluations): the default ones take tens of seconds each on two cores.
-TRIALS, PER_ITER = 10, 2  # five batches: a first record written late (failed trials before it) still leaves some
+TRIALS, PER_ITER = 8, 2  # four batches: a first record written late (failed trials before it) still leaves some
 
 
 def command(work_dir: Path, strategy: str = "evolutionary") -> list[str]:
