@@ -10,7 +10,7 @@ import pytest
 
 from tvm_rl.graph import profiles, roofline
 from tvm_rl.graph import testing as T
-from tvm_rl.graph.cost_shares import cost_shares, kind_roofline
+from tvm_rl.graph.cost_shares import cost_shares
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import graph_cost_shares  # noqa: E402
@@ -66,9 +66,10 @@ def test_a_layout_with_a_higher_peak_makes_part_of_a_conv_movable():
 
 def test_a_kind_without_a_roofline_borrows_its_familys():
     model = roofline.RooflineModel(roofline.Hardware(1.0, 1.0), (("conv", roofline.Hardware(7.0, 7.0)),))
-    assert kind_roofline(model, "conv_nhwc").peak_gflops == 7.0
-    assert kind_roofline(model, "pool") is model.default
-    assert kind_roofline(roofline.Hardware(3.0, 3.0), "conv").peak_gflops == 3.0
+    assert model.for_kind("conv_nhwc").peak_gflops == 7.0
+    assert model.for_kind("pool") is model.default and model.for_kind(None) is model.default
+    single = roofline.Hardware(3.0, 3.0)
+    assert single.for_kind("conv") is single
 
 
 def test_the_benchmark_prices_a_model_and_its_default_graph(tmp_path):

@@ -18,23 +18,12 @@ from dataclasses import asdict, dataclass, field
 import tvm
 
 from .profiles import fused_groups
-from .roofline import FAMILY, Hardware, Roofline, RooflineModel
+from .roofline import Roofline, RooflineModel
 
 # The kinds a layout rewrite can turn a compute-bound kernel into, by the kind it has now: a kernel can become
 # cheaper while keeping its FLOPs only by moving to a kind whose roofline has a higher peak.
 COMPUTE_KINDS = {"conv": ("conv_nhwc",), "conv_nhwc": ("conv",),
                  "group_conv": ("group_conv_nhwc",), "group_conv_nhwc": ("group_conv",)}
-
-
-def kind_roofline(model: Roofline, kind: str) -> Hardware:
-    """The single roofline `model` prices a kernel of `kind` with (a kind without its own borrows its family's,
-    then the default's, as `RooflineModel.time_ms` does)."""
-    if isinstance(model, Hardware):
-        return model
-    own = dict(model.per_kind)
-    while kind not in own and kind in FAMILY:
-        kind = FAMILY[kind]
-    return own.get(kind, model.default)
 
 
 @dataclass
@@ -91,16 +80,16 @@ def cost_shares(mod: tvm.IRModule, model: Roofline) -> CostShares:
             share.compute_bound_ms += ms
             share.fixed_ms += ms
             continue
-        h = kind_roofline(model, k.kind)
+        h = model.for_kind(k.kind)
         compute = k.flops / (h.peak_gflops * 1e9)
         if compute < k.nbytes / (h.gbps * 1e9):
             continue  # memory-bound: fusion or folding can move fewer bytes
         share.compute_bound_ms += ms
-        best_peak = max([h.peak_gflops] + [kind_roofline(model, other).peak_gflops
+        best_peak = max([h.peak_gflops] + [model.for_kind(other).peak_gflops
                                            for other in COMPUTE_KINDS.get(k.kind, ())])
         # The FLOPs term at the best peak reachable stays; the launch and the rest could go.
         share.fixed_ms += k.flops / (best_peak * 1e9) * 1e3
     return out
 
 
-__all__ = ["COMPUTE_KINDS", "CostShares", "KindShare", "cost_shares", "kind_roofline"]
+__all__ = ["COMPUTE_KINDS", "CostShares", "KindShare", "cost_shares"]

@@ -34,6 +34,10 @@ class Hardware:
         sake."""
         return max(flops / (self.peak_gflops * 1e9), nbytes / (self.gbps * 1e9)) * 1e3 + self.launch_us * 1e-3
 
+    def for_kind(self, kind: str | None) -> Hardware:
+        """The roofline a kernel of `kind` is priced with: this one, for every kind."""
+        return self
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -103,10 +107,15 @@ class RooflineModel:
     def time_ms(self, flops: float, nbytes: float, kind: str | None = None, gemm: GemmShape | None = None) -> float:
         if self.gemm is not None and gemm is not None and kind == "matmul":
             return self.gemm.time_ms(gemm, flops)
+        return self.for_kind(kind).time_ms(flops, nbytes)
+
+    def for_kind(self, kind: str | None) -> Hardware:
+        """The roofline a kernel of `kind` is priced with (a matmul of known shape aside, when `gemm` prices it):
+        its own, else its family's (`FAMILY`), else `default`."""
         own = dict(self.per_kind)
         while kind not in own and kind in FAMILY:
             kind = FAMILY[kind]
-        return own.get(kind, self.default).time_ms(flops, nbytes)
+        return own.get(kind, self.default)
 
     def as_dict(self) -> dict:
         out = {"default": self.default.as_dict(), **{k: h.as_dict() for k, h in self.per_kind}}
