@@ -4,7 +4,7 @@
 
 For each model: the exported graph priced by the proxy, split by kernel kind; then the graph the pass's default
 arm reaches (cheapest-first's first episode, bounded by `--steps` alone, so a loaded machine gives the same graph),
-and the share of *its* priced time that is not compute-bound FLOPs at the best peak a layout move could give
+and the share of *its* priced time that is not compute-bound FLOPs at the best peak a change of kind could give
 (`tvm_rl.graph.cost_shares`). That share bounds what any further rewrite of the pass could gain by the proxy:
 "max further" is the default graph's time over its fixed part. Writes logs/graph_cost_shares_<target>_<size>.json.
 """

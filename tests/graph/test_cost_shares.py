@@ -80,3 +80,14 @@ def test_the_benchmark_prices_a_model_and_its_default_graph(tmp_path):
     assert row["default_speedup"] == pytest.approx(exported["total_ms"] / default["total_ms"])
     assert row["default_speedup"] > 1.0 and row["default_applied"]
     assert 0.0 <= default["movable_share"] <= 1.0
+
+
+def test_compute_bound_elementwise_work_could_be_fused_into_a_faster_kernel():
+    mod = adds()
+    kernels = profiles.fused_groups(mod)
+    flops = sum(k.flops for k in kernels)
+    model = roofline.RooflineModel(roofline.Hardware(1.0, 1e6), (("elementwise", roofline.Hardware(1.0, 1e6)),
+                                                                  ("matmul", roofline.Hardware(8.0, 1e6))))
+    s = cost_shares(mod, model)
+    assert s.kinds["elementwise"].compute_bound_ms == pytest.approx(s.total_ms)
+    assert s.fixed_ms == pytest.approx(flops / 8e9 * 1e3)  # its FLOPs at the matmul peak, fused into one

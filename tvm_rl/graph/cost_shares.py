@@ -4,10 +4,10 @@ Nearly all of the graph pass's rewrites keep the FLOPs of the compute-bound kern
 and merge); `dedup` and matmul re-association can remove some, and on the zoo models they match at most 4 times a
 model (the transformers), so the bound below assumes the FLOPs stay. By the roofline proxy a kernel takes
 max(FLOPs / peak, bytes / bandwidth) of its kind, so a kernel whose FLOPs term sets its price (compute-bound) gets
-cheaper only by changing kind to one with a higher peak (`COMPUTE_KINDS`: a layout), and one whose bytes set it only
-by moving fewer bytes (fusion, folding). A 1x1 convolution can also become a matmul (`Conv1x1ToMatmul`, which the
-default arm applies to every match); the kernels do not say their window, so that move is not counted: read graphs
-the default has already rewritten.
+cheaper only by changing kind to one with a higher peak (`COMPUTE_KINDS`: a layout, or for an element-wise kernel
+fusion into another kernel), and one whose bytes set it only by moving fewer bytes (fusion, folding). A 1x1
+convolution can also become a matmul (`Conv1x1ToMatmul`, which the default arm applies to every match); the kernels
+do not say their window, so that move is not counted: read graphs the default has already rewritten.
 `cost_shares` splits a graph's priced time that way, so "no arm found room" can be read against "the proxy leaves
 room here at all" (a learned policy can only win where the rewrites open cheaper graphs).
 """
@@ -18,12 +18,15 @@ from dataclasses import asdict, dataclass, field
 import tvm
 
 from .profiles import fused_groups
-from .roofline import Roofline, RooflineModel
+from .roofline import KINDS, Roofline, RooflineModel
 
-# The kinds a layout rewrite can turn a compute-bound kernel into, by the kind it has now: a kernel can become
-# cheaper while keeping its FLOPs only by moving to a kind whose roofline has a higher peak.
-COMPUTE_KINDS = {"conv": ("conv_nhwc",), "conv_nhwc": ("conv",),
-                 "group_conv": ("group_conv_nhwc",), "group_conv_nhwc": ("group_conv",)}
+# The kinds a compute-bound kernel's FLOPs could end up priced as, by the kind it has now: a kernel can become
+# cheaper while keeping its FLOPs only by moving to a kind whose roofline has a higher peak. A convolution can
+# change layout; element-wise and injective operators can be fused into any anchor's kernel (its epilogue or
+# prologue), so their FLOPs could be priced at the best peak of all; matmuls, pools and reductions stay what they are.
+COMPUTE_KINDS: dict[str, tuple[str, ...]] = {
+    "conv": ("conv_nhwc",), "conv_nhwc": ("conv",), "group_conv": ("group_conv_nhwc",),
+    "group_conv_nhwc": ("group_conv",), "elementwise": KINDS, "transpose": KINDS}
 
 
 @dataclass
@@ -33,14 +36,14 @@ class KindShare:
     kernels: int = 0
     ms: float = 0.0
     compute_bound_ms: float = 0.0
-    # the compute-bound kernels' FLOPs at the highest peak a layout move could give them: no rewrite lowers it
+    # the compute-bound kernels' FLOPs at the highest peak a change of kind could give them: no rewrite lowers it
     fixed_ms: float = 0.0
 
 
 @dataclass
 class CostShares:
     """A graph's priced time by kind (`kinds`), and the part of it fixed by FLOPs (`fixed_ms`: the compute-bound
-    kernels' FLOPs at the best peak a layout move could give them)."""
+    kernels' FLOPs at the best peak a change of kind could give them)."""
 
     total_ms: float
     kinds: dict[str, KindShare] = field(default_factory=dict)
