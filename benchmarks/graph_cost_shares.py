@@ -52,11 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         before = cost_shares(mod, proxy)
         run = ablation.run(mod, "cheapest-first", lambda: roofline_cost(proxy), settings)
         after = cost_shares(run.mod, proxy)
+        speedup = before.total_ms / after.total_ms
         rows.append({"model": name, "exported": before.as_dict(), "default": after.as_dict(),
-                     "default_speedup": before.total_ms / after.total_ms, "default_applied": run.applied,
+                     "default_speedup": speedup, "default_applied": run.applied,
                      "seconds": round(time.perf_counter() - t0, 1)})
         print(f"| {name} | {before.total_ms:.2f} | {top_kinds(before)} | {after.total_ms:.2f} "
-              f"({before.total_ms / after.total_ms:.3f}x) | {top_kinds(after)} | {100 * after.movable_share:.0f}% "
+              f"({speedup:.3f}x) | {top_kinds(after)} | {100 * after.movable_share:.0f}% "
               f"| {after.max_speedup:.2f}x |", flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"command": "python benchmarks/graph_cost_shares.py " + " ".join(

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import tvm
 
 from .profiles import fused_groups
-from .roofline import KINDS, Roofline, RooflineModel
+from .roofline import KINDS, Roofline
 
 # The kinds a compute-bound kernel's FLOPs could end up priced as, by the kind it has now: a kernel can become
 # cheaper while keeping its FLOPs only by moving to a kind whose roofline has a higher peak. A convolution can
@@ -72,14 +72,13 @@ def cost_shares(mod: tvm.IRModule, model: Roofline) -> CostShares:
     """`mod`'s kernels (`profiles.fused_groups`) priced by `model`, split by kind and by what bounds them. A matmul
     that `model` prices by its GEMM shape counts as compute-bound and fixed (the shape model has no bytes term)."""
     out = CostShares(0.0)
-    gemm_priced = isinstance(model, RooflineModel) and model.gemm is not None
     for k in fused_groups(mod):
         ms = model.time_ms(k.flops, k.nbytes, k.kind, k.gemm)
         share = out.kinds.setdefault(k.kind, KindShare())
         share.kernels += 1
         share.ms += ms
         out.total_ms += ms
-        if gemm_priced and k.kind == "matmul" and k.gemm is not None:
+        if model.prices_by_shape(k.kind, k.gemm):
             share.compute_bound_ms += ms
             share.fixed_ms += ms
             continue

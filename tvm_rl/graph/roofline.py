@@ -38,6 +38,10 @@ class Hardware:
         """The roofline a kernel of `kind` is priced with: this one, for every kind."""
         return self
 
+    def prices_by_shape(self, kind: str | None, gemm: GemmShape | None) -> bool:
+        """Whether a kernel is priced by its GEMM shape instead of a roofline: never, by one roofline."""
+        return False
+
     def as_dict(self) -> dict:
         return asdict(self)
 
@@ -105,9 +109,14 @@ class RooflineModel:
     gemm: GemmModel | None = None  # matmuls of a known shape are priced by it (`gemm_cost`)
 
     def time_ms(self, flops: float, nbytes: float, kind: str | None = None, gemm: GemmShape | None = None) -> float:
-        if self.gemm is not None and gemm is not None and kind == "matmul":
+        if self.prices_by_shape(kind, gemm):
             return self.gemm.time_ms(gemm, flops)
         return self.for_kind(kind).time_ms(flops, nbytes)
+
+    def prices_by_shape(self, kind: str | None, gemm: GemmShape | None) -> bool:
+        """Whether a kernel of `kind` and GEMM shape `gemm` is priced by the shape model (`gemm`) instead of a
+        roofline: a matmul of known shape, when there is a shape model."""
+        return self.gemm is not None and gemm is not None and kind == "matmul"
 
     def for_kind(self, kind: str | None) -> Hardware:
         """The roofline a kernel of `kind` is priced with (a matmul of known shape aside, when `gemm` prices it):
