@@ -25,6 +25,9 @@ from typing import Any
 import numpy as np
 
 FAILED_SECONDS = 1e9  # MetaSchedule records a failed candidate with 1e10 s
+# A pooled reading (`bench_pool`) names a task measured on one CPU "task@cpu": its target and pairs stay within that
+# CPU, while the bootstrap clusters by the task, since a kernel measured on two CPUs is one task drawn, not two.
+BLOCK_SEP = "@"
 TARGET_SLACK = 1.05  # a task's target: best re-timed latency over every arm and seed x this
 BASELINE = "evolutionary"
 
@@ -131,6 +134,11 @@ def reach_shares(hits: Sequence[int | None], trials: int) -> list[float]:
     return list(np.cumsum(counts)[1:trials + 1] / len(hits))
 
 
+def task_cluster(task: str) -> str:
+    """The bootstrap cluster of a (possibly CPU-labelled) task name: the task itself."""
+    return task.split(BLOCK_SEP, 1)[0]
+
+
 def _mean_of_means(groups: Sequence[Sequence[float] | np.ndarray]) -> float:
     return float(np.mean([np.mean(g) for g in groups if len(g)]))
 
@@ -176,12 +184,13 @@ PairValue = Callable[[Run, Run], float | None]
 
 
 def paired_values(runs: Sequence[Run], arm: str, baseline: str, log_ratio: PairValue) -> list[list[float]]:
-    """Per task (sorted), `log_ratio(arm run, baseline run)` over the seeds both arms ran where it is finite."""
+    """Per task (sorted; a pooled task's CPUs together), `log_ratio(arm run, baseline run)` over the seeds both arms
+    ran where it is finite."""
     out: dict[str, list[float]] = {}
     for task, run, base in _pairs(runs, arm, baseline):
         value = log_ratio(run, base)
         if value is not None and math.isfinite(value):
-            out.setdefault(task, []).append(value)
+            out.setdefault(task_cluster(task), []).append(value)
     return [out[t] for t in sorted(out)]
 
 
@@ -263,7 +272,7 @@ def paired_speedup_curve(runs: Sequence[Run], arm: str, baseline: str, trials: i
         for task, mine, base in pairs:
             a, b = value_at(mine, t), value_at(base, t)
             if math.isfinite(a) and math.isfinite(b):
-                logs.setdefault(task, []).append(math.log(b / a))
+                logs.setdefault(task_cluster(task), []).append(math.log(b / a))
         out.append(math.exp(_mean_of_means(list(logs.values()))) if logs else math.nan)
     return out
 
@@ -316,10 +325,10 @@ def summarise(runs: Sequence[Run], trials: int | Sequence[int], slack: float = T
             for r in mine:
                 b = best(r)
                 if b is not None and r["task"] in targets:
-                    gap.setdefault(r["task"], []).append(math.log(b / targets[r["task"]]))
+                    gap.setdefault(task_cluster(r["task"]), []).append(math.log(b / targets[r["task"]]))
             walls = [r["wall_seconds"] for r in mine if r.get("wall_seconds") is not None]
             row: dict[str, Any] = {
-                "trials": n, "arm": arm, "runs": len(mine), "tasks": len({r["task"] for r in mine}),
+                "trials": n, "arm": arm, "runs": len(mine), "tasks": len({task_cluster(r["task"]) for r in mine}),
                 "reached": sum(h is not None for h in hits), "reach_share": (sum(h is not None for h in hits) /
                                                                             len(hits)) if hits else math.nan,
                 "median_trials_to_target": censored_median(hits),
@@ -390,8 +399,9 @@ def reach_fractions(runs: Sequence[Run], trials: int, slack: float = TARGET_SLAC
     return out
 
 
-__all__ = ["ABLATION_PAIRS", "BASELINE", "FAILED_SECONDS", "TARGET_SLACK", "ablation_pairs", "best_so_far",
-           "capped_trials_to_target", "censored_median", "cluster_bootstrap", "common_level_trials", "geomean_ratio",
-           "improvers", "mean_curve_log_ratio", "median_seconds", "paired_log_ratios", "paired_speedup_curve",
-           "paired_values", "reach_baseline_best", "reach_fractions", "reach_shares", "retimed_curve", "summarise",
-           "task_targets", "threshold_free", "trials_to_target", "value_at"]
+__all__ = ["ABLATION_PAIRS", "BASELINE", "BLOCK_SEP", "FAILED_SECONDS", "TARGET_SLACK", "ablation_pairs",
+           "best_so_far", "capped_trials_to_target", "censored_median", "cluster_bootstrap", "common_level_trials",
+           "geomean_ratio", "improvers", "mean_curve_log_ratio", "median_seconds", "paired_log_ratios",
+           "paired_speedup_curve", "paired_values", "reach_baseline_best", "reach_fractions", "reach_shares",
+           "retimed_curve", "summarise", "task_cluster", "task_targets", "threshold_free", "trials_to_target",
+           "value_at"]

@@ -27,7 +27,7 @@ from tvm.s_tir import meta_schedule as ms
 from ..errors import TvmRlError, exit_code
 from ..interrupt import interruptible
 from ..measure import host_cpu_target, parse_target
-from . import bench_runs
+from . import bench_pool, bench_runs
 from .bench_archive import Archive, archive_path
 from .bench_report import format_cost, format_pairs, format_peek, format_table, format_tasks, plot_paired, plot_reach
 from .bench_stats import TARGET_SLACK, ablation_pairs, reach_fractions, summarise, task_targets
@@ -200,6 +200,9 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--peek", action="store_true",
                    help="only print a provisional table of the --out JSON as it stands, from tuning-time latencies "
                         "(reads it, times and writes nothing: safe beside a running benchmark)")
+    p.add_argument("--pool", nargs="+", metavar="JSON", default=None,
+                   help="no new runs: one reading pooled over several benchmark JSONs, each measured on its own CPU "
+                        "(pairs and targets stay within a file; writes --out, default logs/tuner_pooled.json)")
     p.add_argument("--quick", action="store_true", help="3 small tasks, 2 seeds, N = 16: a check, not a result")
     p.add_argument("--tophub-dir", default=None)
     p.add_argument("--out", default=None, help="JSON path (default logs/tuner_<target>[_quick].json)")
@@ -300,6 +303,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if args.per_iter > budgets[0] or args.per_iter < 1:
         raise SystemExit(f"--per-iter {args.per_iter} (also the shared first batch) must be between 1 and the "
                          f"smallest budget, {budgets[0]}")
+    if args.pool:
+        try:
+            print(bench_pool.report(args.pool, Path(args.out or "logs/tuner_pooled.json"), args.trials))
+        except ValueError as err:
+            raise SystemExit(f"--pool: {err}") from None
+        return 0
     target = host_cpu_target() if args.target in (None, "llvm") else parse_target(args.target)
     from .agent import shipped_policy
     from .cost_model import shipped_model
