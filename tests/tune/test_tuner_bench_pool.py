@@ -67,6 +67,13 @@ def test_a_block_joins_only_the_budgets_its_runs_measured(tmp_path):
     assert next(r for r in by_n[8]["summary"] if r["arm"] == "ppo")["speedup_vs_baseline"]["ratio"] == 1.0
 
 
+def test_the_baseline_arm_comes_first_whichever_block_holds_it(tmp_path):
+    ppo_only = block(tmp_path, "a", "cpu_a", [run("t", "ppo", 0, 1.0), run("t", "random-walk", 0, 1.0)])
+    full = block(tmp_path, "b", "cpu_b", [run("t", "ppo", 0, 1.0), run("t", "evolutionary", 0, 1.0)])
+    rows = P.pool(P.load_blocks([ppo_only, full]))["readings"][0]["summary"]
+    assert [r["arm"] for r in rows] == ["evolutionary", "ppo", "random-walk"]
+
+
 def test_two_files_of_one_cpu_get_distinct_labels(tmp_path):
     a = block(tmp_path, "first", "cpu_a", [run("t", "evolutionary", 0, 1.0), run("t", "ppo", 0, 0.5)])
     b = block(tmp_path, "second", "cpu_a", [run("t", "evolutionary", 0, 1.0), run("t", "ppo", 0, 1.0)])

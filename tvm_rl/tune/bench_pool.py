@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .bench_report import format_pairs, format_table, plot_paired
-from .bench_stats import BLOCK_SEP, ablation_pairs, summarise
+from .bench_stats import BASELINE, BLOCK_SEP, ablation_pairs, summarise
 
 # What a pooled block must share with the others: results measured otherwise are not the same experiment.
 SHARED_SETTINGS = ("per_iter", "measuring")
@@ -88,9 +88,11 @@ def label_blocks(blocks: list[Block]) -> None:
 
 
 def pooled_runs(blocks: list[Block], trials: int) -> list[dict[str, Any]]:
-    """The runs of every block that measured at least `trials`, each task named "task@cpu"."""
-    return [{**run, "task": f"{run['task']}{BLOCK_SEP}{block.label}"}
+    """The runs of every block that measured at least `trials`, each task named "task@cpu"; the baseline arm's
+    first, so that tables list it first whichever block holds it."""
+    runs = [{**run, "task": f"{run['task']}{BLOCK_SEP}{block.label}"}
             for block in blocks if block.run_trials >= trials for run in block.runs]
+    return sorted(runs, key=lambda r: r["arm"] != BASELINE)
 
 
 def budgets(blocks: list[Block]) -> list[int]:
