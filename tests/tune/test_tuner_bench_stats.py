@@ -147,6 +147,13 @@ def test_ablation_pairs_compare_each_pair_present_at_the_budget():
     assert S.ablation_pairs(runs, 4, n_boot=200)[0]["ratio"] == pytest.approx(math.sqrt(2.0))  # walks got to 2.0
 
 
+def test_adaptive_samplings_share_pairs_ppo_with_its_top_k_variant():
+    runs = [run("t", "ppo", 0, {0: 2.0}), run("t", "ppo-topk", 0, {0: 3.0})]
+    (pair,) = S.ablation_pairs(runs, 1, n_boot=50)
+    assert (pair["arm"], pair["baseline"]) == ("ppo", "ppo-topk") and "adaptive sampling" in pair["share"]
+    assert pair["ratio"] == pytest.approx(1.5)
+
+
 def test_ablation_pairs_give_the_saving_in_trials_to_target_too():
     # t's target is 1.0 (x slack 1.0): the own-first arm is there at trial 1, the shared-batch arm at trial 3, so
     # 3x on t; on u neither gets there within 4, both count 5: 1x. Geomean sqrt(3).

@@ -351,6 +351,7 @@ def summarise(runs: Sequence[Run], trials: int | Sequence[int], slack: float = T
 ABLATION_PAIRS = [
     ("evolutionary-pretrained", "evolutionary", "the pre-trained model's share (same search)"),
     ("ppo", "random-walk", "learning's share (PPO updates against the same walks without them)"),
+    ("ppo", "ppo-topk", "adaptive sampling's share (PPOSearch's clustered pick against its model's top k)"),
     ("ppo-pretrained-model", "ppo", "the pre-trained model's share inside PPOSearch (untrained agent)"),
     ("ppo-pretrained", "ppo-pretrained-model", "the pre-trained agent's share (same model)"),
     ("ppo-pretrained", "evolutionary-pretrained", "the agent against evolutionary search (same model)"),
