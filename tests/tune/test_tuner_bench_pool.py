@@ -6,7 +6,7 @@ import pytest
 
 from tvm_rl.tune import bench_pool as P
 from tvm_rl.tune import bench_stats as S
-from tvm_rl.tune.benchmark import main
+from tvm_rl.tune.benchmark import Arm, main, planned_runs
 
 MEASURING = {"repeat": 7, "number": 1, "min_repeat_ms": 0, "cache_flush": True, "timeout_sec": 30.0}
 
@@ -115,3 +115,13 @@ def test_the_command_prints_the_pooled_tables_and_writes_the_reading(tmp_path, c
     assert (tmp_path / "pooled_n4_paired.png").is_file()
     with pytest.raises(SystemExit, match="--pool: .*nothing.json: no such benchmark JSON"):
         main(["--pool", str(tmp_path / "nothing.json"), "--out", str(out)])
+
+
+def test_a_block_can_take_seeds_no_other_block_ran_and_resumes_seed_by_seed():
+    arms = [Arm(name, lambda seed: None, lambda: None, True) for name in ("evolutionary", "ppo")]
+    finished = [{"task": "t", "arm": "evolutionary", "seed": 9}]
+    todo = [(seed, task, arm.name) for seed, task, arm in planned_runs(range(9, 11), ["t", "u"], arms, finished)]
+    assert todo == [(9, "t", "ppo"), (9, "u", "evolutionary"), (9, "u", "ppo"),
+                    (10, "t", "evolutionary"), (10, "t", "ppo"), (10, "u", "evolutionary"), (10, "u", "ppo")]
+    with pytest.raises(SystemExit, match="--first-seed -1 must be 0 or more"):
+        main(["--first-seed", "-1", "--out", "unused.json"])

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,7 +176,10 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, nargs="+", default=None,
                    help="budgets N (default 64 128; each run measures the largest, the shared first batch counts)")
     p.add_argument("--per-iter", type=int, default=8, help="candidates measured per round, and the shared batch")
-    p.add_argument("--seeds", type=int, default=9)
+    p.add_argument("--seeds", type=int, default=9, help="seeds per task and arm")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="the first of the seeds (a block on another CPU given seeds no other block ran starts its "
+                        "runs from other shared first batches)")
     p.add_argument("--arms", "--strategies", dest="arms", nargs="*", default=None,
                    help=f"arms to run (default: {' '.join(ARMS)}; also {' '.join(EXTRA_ARMS)})")
     p.add_argument("--tasks", nargs="*", default=None, help="task names (default: the eight of TASKS)")
@@ -208,6 +211,13 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="JSON path (default logs/tuner_<target>[_quick].json)")
     p.add_argument("--work-dir", default=None, help="runs' databases (default <out dir>/scratch/<out name>_runs)")
     return p
+
+
+def planned_runs(seeds: Iterable[int], tasks: list[str], arms: list[Arm], finished: list[dict[str, Any]]
+                 ) -> list[tuple[int, str, Arm]]:
+    """The (seed, task, arm) runs still to make, seed by seed (so a stopped sitting leaves whole seeds behind it)."""
+    done = {(r["task"], r["arm"], r["seed"]) for r in finished}
+    return [(seed, task, arm) for seed in seeds for task in tasks for arm in arms if (task, arm.name, seed) not in done]
 
 
 def _load_state(out: Path, settings: dict[str, Any], update: bool = True) -> dict[str, Any]:
@@ -300,6 +310,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         args.seeds = min(args.seeds, 2)
         args.tasks = args.tasks or QUICK_TASKS
     budgets = sorted(set(args.trials or [64, 128]))
+    if args.first_seed < 0:
+        raise SystemExit(f"--first-seed {args.first_seed} must be 0 or more")
     if args.per_iter > budgets[0] or args.per_iter < 1:
         raise SystemExit(f"--per-iter {args.per_iter} (also the shared first batch) must be between 1 and the "
                          f"smallest budget, {budgets[0]}")
@@ -338,7 +350,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     if seen:
         print(f"note: the pre-trained model was trained on {', '.join(seen)}: those tasks are not unseen")
     settings = {"target": str(target), "run_trials": budgets[-1], "trials": budgets, "per_iter": args.per_iter,
-                "measuring": measuring.as_dict(), "seeds": args.seeds, "tasks": list(tasks),
+                "measuring": measuring.as_dict(), "seeds": args.seeds, "first_seed": args.first_seed,
+                "tasks": list(tasks),
                 "arms": [a.name for a in arms], "skipped_arms": {a: skipped[a] for a in wanted if a in skipped},
                 "cost_model_file": args.cost_model_file, "policy": args.policy, "walks": args.walks,
                 "evaluations": args.evaluations, "seen_in_pretraining": seen, "retime_passes": args.retime_passes,
@@ -362,9 +375,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     archive = Archive.open(archive_path(out))
     if not args.report:  # results made before the archive existed, while their work dir is still here
         archive.backfill(state, work_root / "shared", bench_runs.SHARED_MARK)
-    done = {(r["task"], r["arm"], r["seed"]) for r in state["runs"]}
-    todo = [(seed, task, arm) for seed in range(args.seeds) for task in tasks for arm in arms
-            if (task, arm.name, seed) not in done] if not args.report else []
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    todo = planned_runs(seeds, list(tasks), arms, state["runs"]) if not args.report else []
     try:
         with interruptible(lambda: "stopped"):
             _tune_and_retime(args, todo, tasks, budgets, target, measuring, state, archive, work_root, save)
@@ -401,5 +413,5 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 __all__ = ["ARMS", "QUICK_TASKS", "TASKS", "default_arm", "format_cost", "format_table", "format_tasks", "main",
-           "make_arms", "plot_reach", "reach_fractions", "resolve_tasks", "summarise",
+           "make_arms", "planned_runs", "plot_reach", "reach_fractions", "resolve_tasks", "summarise",
            "transformer_tasks"]
