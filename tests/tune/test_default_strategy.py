@@ -43,3 +43,38 @@ def test_speedups_read_the_largest_budget_and_count_the_baseline_as_one():
                {"trials": 128, "arm": "ppo", "speedup_vs_baseline": {"ratio": 0.9}},
                {"trials": 128, "arm": "random", "speedup_vs_baseline": None}]
     assert speedups_at_largest_budget(summary) == {"evolutionary": 1.0, "ppo": 0.9}
+
+
+POOLED = RESULTS.with_name("tuner_llvm_pooled.json")
+
+
+def test_ppo_searchs_pick_is_adaptive_only_where_the_pooled_benchmark_shows_adaptive_sampling_wins():
+    """Adaptive sampling must beat top-k (its CI above 1.0 at every budget pooled) to be PPOSearch's default."""
+    from tvm_rl.tune.search_strategy.ppo import PPOSearch
+
+    shares = [p for reading in json.loads(POOLED.read_text())["readings"] for p in reading["pairs"]
+              if (p["arm"], p["baseline"]) == ("ppo", "ppo-topk")]
+    assert shares, f"{POOLED.name} has no ppo vs ppo-topk pair: pool blocks that ran both arms"
+    adaptive_wins = all(p["ci_low"] > 1.0 for p in shares)
+    assert PPOSearch().adaptive == adaptive_wins, (
+        f"{POOLED.name}: adaptive vs top-k {[round(p['ratio'], 3) for p in shares]} (CI lows "
+        f"{[round(p['ci_low'], 3) for p in shares]}); PPOSearch's default must follow it")
+
+
+def test_strategy_names_say_which_pick_ppo_search_uses():
+    def adaptive(name: str) -> bool:
+        return getattr(create(name), "_inst", create(name)).adaptive
+
+    assert not adaptive("ppo") and not adaptive("ppo-topk") and adaptive("ppo-adaptive")
+
+
+def test_benchmark_arms_keep_the_pick_they_were_pooled_with():
+    """An arm's name means what it meant in the committed blocks, whatever PPOSearch's default becomes."""
+    from tvm_rl.tune.benchmark import _parser, make_arms
+
+    args = _parser("bench").parse_args([])
+    args.cost_model_file, args.policy = "model.npz", None  # read only when an arm's cost model is made
+    arms, _ = make_arms(args)
+    picks = {name: getattr(arms[name].strategy(0), "_inst", None).adaptive
+             for name in ("ppo", "ppo-topk", "ppo-pretrained-model", "random-walk")}
+    assert picks == {"ppo": True, "ppo-topk": False, "ppo-pretrained-model": True, "random-walk": True}

@@ -98,7 +98,7 @@ def decisions(candidate: ms.MeasureCandidate | Schedule) -> tuple:
                  if inst.kind.name == "SamplePerfectTile")
 
 
-@pytest.mark.parametrize("adaptive", [True, False], ids=["ppo", "ppo-topk"])
+@pytest.mark.parametrize("adaptive", [True, False], ids=["ppo-adaptive", "ppo"])
 def test_budget_is_split_into_full_batches(adaptive):
     sizes, measured = drive(context_for(schedule_matmul, light(adaptive=adaptive)), 20, 7)
     assert sizes == [7, 7, 6]  # what ReplayTrace gives

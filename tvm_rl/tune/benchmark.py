@@ -104,7 +104,9 @@ def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]
 
     arms = [Arm("evolutionary", evolutionary, xgb, False),
             Arm("evolutionary-own-first", evolutionary, xgb, False, own_first_batch=True),
-            Arm("ppo", lambda seed: PPOSearch(config=config(seed), seed=seed), xgb, True),
+            # The PPOSearch arms other than ppo-topk keep adaptive sampling spelled out: an arm's name means what
+            # it meant when the blocks pooled across CPUs were run, whatever PPOSearch's default is now.
+            Arm("ppo", lambda seed: PPOSearch(config=config(seed), adaptive=True, seed=seed), xgb, True),
             Arm("ppo-topk", lambda seed: PPOSearch(config=config(seed), adaptive=False, seed=seed), xgb, True),
             Arm("random", lambda seed: ms.search_strategy.ReplayTrace(), xgb, False),
             Arm("annealing", annealing, xgb, True)]
@@ -119,18 +121,20 @@ def make_arms(args: argparse.Namespace) -> tuple[dict[str, Arm], dict[str, str]]
         arms.append(Arm("evolutionary-pretrained-calibrated", evolutionary, pretrained(refine_calibrate=True),
                         False))
         # The untrained agent with the pre-trained model: what "ppo-pretrained" gains over it is the policy's.
-        arms.append(Arm("ppo-pretrained-model", lambda seed: PPOSearch(config=config(seed), seed=seed),
+        arms.append(Arm("ppo-pretrained-model", lambda seed: PPOSearch(config=config(seed), adaptive=True, seed=seed),
                         pretrained(), True))
     else:
         for name in ("evolutionary-pretrained", "evolutionary-pretrained-own-first", "evolutionary-pretrained-frozen",
                      "evolutionary-pretrained-calibrated", "ppo-pretrained-model"):
             skipped[name] = "no --cost-model-file (a model from `tvm-rl corpus train`)"
     if args.policy:
-        arms.append(Arm("ppo-pretrained", lambda seed: PPOSearch(agent=PPOAgent.load(args.policy), seed=seed),
+        arms.append(Arm("ppo-pretrained", lambda seed: PPOSearch(agent=PPOAgent.load(args.policy), adaptive=True,
+                                                                 seed=seed),
                         pretrained(), True))
     else:
         skipped["ppo-pretrained"] = "no --policy (a tuner agent saved with PPOAgent.save)"
-    arms.append(Arm("random-walk", lambda seed: PPOSearch(config=config(seed), seed=seed, learn=False), xgb, True))
+    arms.append(Arm("random-walk", lambda seed: PPOSearch(config=config(seed), adaptive=True, seed=seed, learn=False),
+                    xgb, True))
     return {a.name: a for a in arms}, skipped
 
 

@@ -53,7 +53,7 @@ def _search_on(corpus: Corpus, name: str, agent: PPOAgent, model_path: str | Pat
     for rec in records.records:
         database.commit_tuning_record(ms.database.TuningRecord(rec.trace, workload, rec.run_secs, rec.target,
                                                                rec.args_info))
-    strategy = PPOSearch(agent=agent, seed=seed, learn=learn)
+    strategy = PPOSearch(agent=agent, adaptive=True, seed=seed, learn=learn)  # the shipped policy's recipe
     search: Any = getattr(strategy, "_inst", strategy)  # the Python object behind TVM's wrapper
     search._initialize_with_tune_context(context)
     search.pre_tuning(max_trials=1 << 20, num_trials_per_iter=batch, design_spaces=context.generate_design_space(),

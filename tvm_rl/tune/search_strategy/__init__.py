@@ -66,8 +66,9 @@ def _annealing(seed: int, walks: int | None, evaluations: int | None) -> ms.Sear
 
 
 register("evolutionary", evolutionary)
-register("ppo", _ppo(adaptive=True))
-register("ppo-topk", _ppo(adaptive=False))
+register("ppo", _ppo(adaptive=False))
+register("ppo-adaptive", _ppo(adaptive=True))
+register("ppo-topk", _ppo(adaptive=False))  # what "ppo" is now; kept so scripts that name it still run
 register("annealing", _annealing)
 register("random", lambda seed, walks, evaluations: ms.search_strategy.ReplayTrace())
 

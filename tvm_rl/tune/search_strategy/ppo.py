@@ -282,19 +282,22 @@ def _mean_seconds(result: Any) -> float:
 
 @derived_object
 class PPOSearch(KnobSearch):
-    """CHAMELEON's search: PPO walks over the knob space rated by the cost model, then adaptive sampling.
+    """CHAMELEON's search: PPO walks over the knob space rated by the cost model, then a pick of what to measure.
 
     Each round, `config.walks` walks (split over the design spaces with unmeasured points left) start half
     from the best measured points and half from random valid ones, and move under the agent's policy, which
-    PPO updates on the walks. Of the unmeasured valid points the walks rated, `adaptive=True` clusters the
+    PPO updates on the walks. Of the unmeasured valid points the walks rated, the default (`adaptive=False`)
+    measures the top-rated ones (`selection.top_k`); `adaptive=True`, CHAMELEON's adaptive sampling, clusters the
     best-rated ones (`selection.cluster_top`: k-means on the normalised knob vectors, k at the knee, at least
     `min_batch_fraction` of the batch) and measures the best of each cluster, then the next best by score, plus
-    a small random share; `adaptive=False` measures the top-rated ones (`selection.top_k`). The agent is shared
-    by every clone of the strategy, so a multi-task run trains one agent across tasks and a given agent carries
-    over between runs.
+    a small random share. Top-k is the default because adaptive sampling has not beaten it in the tuner
+    benchmark's paired runs (docs/results/tuner.md), and a choice that loses its ablation is not a default.
+
+    The agent is shared by every clone of the strategy, so a multi-task run trains one agent across tasks and a
+    given agent carries over between runs.
     """
 
-    def __init__(self, agent: PPOAgent | None = None, config: PPOConfig | None = None, adaptive: bool = True,
+    def __init__(self, agent: PPOAgent | None = None, config: PPOConfig | None = None, adaptive: bool = False,
                  min_batch_fraction: float = 0.5, seed: int = 0, explore_fraction: float = 0.05,
                  init_random: int | None = None, log: list[dict] | None = None, enumerate_limit: int = 4096,
                  learn: bool = True, walk: WalkSettings | None = None) -> None:
