@@ -43,7 +43,14 @@ _BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
 @register
 class PermutePastElementwise(Rule):
     """f(permute_dims(x, p)) -> permute_dims(f(x), p) for an element-wise activation f, or a binary op with a
-    constant (the constant transposed by p's inverse), so the transpose moves on towards one it cancels."""
+    constant (the constant transposed by p's inverse), so the transpose moves on towards one it cancels; and
+    g(permute_dims(a, p), permute_dims(b, p)) -> permute_dims(g(a, b), p) for a binary op on two equally shaped
+    tensors under the same transpose (a residual add between two channels-last regions).
+
+    The single-operand form needs the transpose read only by f (it must die with the rewrite). The two-operand
+    form needs at least one of the two read only by g, so the rewrite never adds a transpose; equal shapes and
+    dtypes rule out broadcasting, under which the two sides would not commute.
+    """
 
     name = "permute_past_elementwise"
 
@@ -52,6 +59,9 @@ class PermutePastElementwise(Rule):
         for name, call in g.calls(*ACTIVATIONS, *_BINARY):
             result = float_tensor(g.vars[name])
             if result is None:
+                continue
+            if call.op.name in _BINARY and (both := self._both_permuted(g, name, call)) is not None:
+                out.append(both)
                 continue
             sides = (0,) if call.op.name in ACTIVATIONS else (0, 1)
             for side in sides:
@@ -74,7 +84,30 @@ class PermutePastElementwise(Rule):
                 break
         return out
 
+    def _both_permuted(self, g: Graph, name: str, call) -> Match | None:
+        """The two-operand form's match at binding `name`, if its preconditions hold."""
+        perms = [g.call(a, "relax.permute_dims") for a in call.args]
+        if any(p is None for p in perms):
+            return None
+        inputs = [float_tensor(p.args[0]) for p in perms]
+        if inputs[0] is None or inputs[0] != inputs[1]:
+            return None
+        ndim = len(inputs[0][0])
+        if permute_axes(perms[0], ndim) != permute_axes(perms[1], ndim):
+            return None
+        if not any(g.single_use(a.name) == name for a in call.args):
+            return None
+        a, b = (u.name for u in call.args)
+        return self.match((a, b, name), f"{name} = {call.op.name.split('.')[-1]}(permute {a}, permute {b})",
+                          ("both",))
+
     def rewrite(self, g: Graph, m: Match, edit: Edit) -> None:
+        if m.params == ("both",):
+            a, b, name = m.names
+            call, perm = g.values[name], g.values[a]
+            inner = edit.emit(name, with_args(call, [g.values[a].args[0], g.values[b].args[0]]), f"{name}_pre")
+            edit.set_value(name, relax.op.permute_dims(inner, list(permute_axes(perm, ndim_of(perm.args[0])))))
+            return
         (perm_name, name), (side,) = m.names, m.params
         call, perm = g.values[name], g.values[perm_name]
         ndim = ndim_of(perm.args[0])
