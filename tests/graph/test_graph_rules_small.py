@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rewrite_steps import apply_until_none, count_calls
 from tvm import relax
 from tvm.ir import TupleGetItem
 
@@ -708,16 +709,8 @@ def test_nhwc_regions_then_permute_motion_cancel_the_transposes_between_convs():
     outer two transposes are left (the ones between the convs cancel)."""
     mod = T.conv_chain_graph()
     nhwc_mod, _ = get_rule("conv2d_to_nhwc").apply_all(mod)
-    rules = [get_rule(n) for n in ("permute_past_elementwise", "permute_compose")]
-    cur = nhwc_mod
-    for _ in range(20):
-        found = [(r, m) for r in rules for m in r.matches(cur)]
-        if not found:
-            break
-        cur = found[0][0].apply(cur, found[0][1])
-    count = lambda m: sum(1 for b in m["main"].body.blocks[0].bindings  # noqa: E731
-                          if getattr(getattr(b.value, "op", None), "name", "") == "relax.permute_dims")
-    assert count(nhwc_mod) == 4 and count(cur) == 2
+    cur = apply_until_none(nhwc_mod, ("permute_past_elementwise", "permute_compose"))
+    assert count_calls(nhwc_mod) == 4 and count_calls(cur) == 2
     assert_exact(mod, {"nhwc": nhwc_mod, "cancelled": cur})
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rewrite_steps import apply_until_none, count_calls
 from tvm import relax
 
 from tvm_rl.graph import testing as T
@@ -44,9 +45,7 @@ def test_two_transposed_operands_move_past_a_binary_op_exactly(op):
     (match,) = both_form(mod)
     rule = get_rule(RULE)
     new = rule.apply(mod, match)
-    count = lambda m: sum(1 for b in m["main"].body.blocks[0].bindings  # noqa: E731
-                          if getattr(getattr(b.value, "op", None), "name", "") == "relax.permute_dims")
-    assert count(mod) == 2 and count(new) == 1
+    assert count_calls(mod) == 2 and count_calls(new) == 1
     assert_exact(mod, {"moved": new})
 
 
@@ -76,16 +75,9 @@ def test_residual_convolutions_in_channels_last_cancel_their_transposes():
         return e(T._conv(e(R.nn.relu(s)), T.rand(rng, 5, 4, 3, 3), 1, 1))
 
     mod = T.module(body, [(1, 3, 6, 6)])
-    cur, _ = get_rule("conv2d_to_nhwc").apply_all(mod)
-    rules = [get_rule(n) for n in (RULE, "permute_compose")]
-    for _ in range(20):
-        found = [(r, m) for r in rules for m in r.matches(cur)]
-        if not found:
-            break
-        cur = found[0][0].apply(cur, found[0][1])
-    count = lambda m: sum(1 for b in m["main"].body.blocks[0].bindings  # noqa: E731
-                          if getattr(getattr(b.value, "op", None), "name", "") == "relax.permute_dims")
-    assert count(cur) == 3  # x into each first conv, and the last conv's output: 6 before
+    nhwc, _ = get_rule("conv2d_to_nhwc").apply_all(mod)
+    cur = apply_until_none(nhwc, (RULE, "permute_compose"))
+    assert count_calls(nhwc) == 6 and count_calls(cur) == 3  # x into each first conv, and the last conv's output
     assert_exact(mod, {"cancelled": cur})
 
 
