@@ -1,7 +1,8 @@
 """# Tutorial (b): tuning TopHub kernels with PPOSearch
 
 CHAMELEON's comparison, on TVM 0.27: an actor-critic PPO agent walks each kernel's knob space, an XGBoost cost
-model rates where it lands, and clustering-based adaptive sampling picks what gets measured. How many hardware
+model rates where it lands, and the best-rated points get measured (CHAMELEON's clustering-based adaptive sampling,
+`strategy="ppo-adaptive"`, did not beat that top-k pick in the benchmark, so it is not the default). How many hardware
 measurements does it need to reach the schedule MetaSchedule's evolutionary search finds, and how does it
 compare with simulated annealing?
 
