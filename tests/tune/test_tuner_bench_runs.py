@@ -169,3 +169,21 @@ def test_benchmark_killed_mid_run_keeps_its_seconds_and_exits_143(tmp_path, monk
     assert state["runs"] == [] and state["shared"] == {}
     assert state["cost"]["interruptions"] == 1 and state["cost"]["total_seconds"] >= 0.3
     assert signal.getsignal(signal.SIGINT) is ctrl_c
+
+
+def test_a_report_reads_re_timed_runs_made_on_another_cpu_and_names_what_still_needs_its_own(tmp_path):
+    from tvm_rl.tune.benchmark import FORMAT, _load_state
+
+    fixed = {"run_trials": 64, "per_iter": 16, "measuring": {"repeat": 7}}
+    there, here = {**fixed, "target": "llvm -mcpu=znver5"}, {**fixed, "target": "llvm -mcpu=znver4"}
+    out = tmp_path / "bench.json"
+    runs = [{"task": "t", "arm": "evolutionary", "seed": 0, "retimed": [1e-3]}]
+    state = {"format": FORMAT, "settings": there, "runs": runs}
+    out.write_text(json.dumps(state))
+    assert _load_state(out, here, update=False)["runs"] == runs  # a report: nothing to measure
+    with pytest.raises(SystemExit, match="other settings \\(target"):
+        _load_state(out, here)  # new runs would mix CPUs
+    state["runs"].append({"task": "t", "arm": "ppo", "seed": 0})
+    out.write_text(json.dumps(state))
+    with pytest.raises(SystemExit, match="1 of its runs are not re-timed yet, which only its own CPU can do"):
+        _load_state(out, here, update=False)

@@ -227,7 +227,8 @@ def planned_runs(seeds: Iterable[int], tasks: list[str], arms: list[Arm], finish
 def _load_state(out: Path, settings: dict[str, Any], update: bool = True) -> dict[str, Any]:
     """The JSON so far (a fresh state when there is none); SystemExit when it holds another format or runs made
     with other measuring settings, which must not be mixed. `update` records this invocation's other settings
-    (arms, seeds, ...); a report leaves the ones of the runs as they are."""
+    (arms, seeds, ...); a report (`update=False`) leaves the ones of the runs as they are, and reads runs made on
+    another CPU when all of them are re-timed (it has nothing left to measure)."""
     if not out.exists():
         return {"format": FORMAT, "version": VERSION, "settings": settings, "shared": {}, "runs": [],
                 "retime": {}, "cost": {}}
@@ -237,9 +238,14 @@ def _load_state(out: Path, settings: dict[str, Any], update: bool = True) -> dic
                          f"to {out.with_name(out.stem + '_v1.json')}) or give another --out")
     fixed = ("target", "run_trials", "per_iter", "measuring")
     differ = [k for k in fixed if state["settings"].get(k) != settings[k]]
+    unretimed = sum(r.get("retimed") is None for r in state["runs"])
+    if differ == ["target"] and not update and not unretimed:
+        return state  # a report of runs all re-timed measures nothing, so any machine can read it
     if differ:
+        why = (f"; {unretimed} of its runs are not re-timed yet, which only its own CPU can do"
+               if differ == ["target"] and not update else "")
         raise SystemExit(f"{out} holds runs made with other settings ({', '.join(differ)}: "
-                         f"{[state['settings'].get(k) for k in differ]}, now {[settings[k] for k in differ]}); "
+                         f"{[state['settings'].get(k) for k in differ]}, now {[settings[k] for k in differ]}){why}; "
                          "rerun with the same ones or give another --out")
     if update:
         state["settings"].update({k: v for k, v in settings.items() if k not in fixed})
