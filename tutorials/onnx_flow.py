@@ -14,7 +14,7 @@ symbolic input dimensions need `--shape NAME=D1,D2,...`). Everything lands in `-
 - **Quick** (`--quick`, ~2 min, run in CI): the demo's MobileNet-V2 block (three convolutions, three batch
   norms) at its tiny size, 2 trials per kernel. (Tiny SqueezeNet has 23 kernels: with MetaSchedule's
   evolutionary search, the default, that is 7 minutes on two cores even at 2 trials each.)
-- **Full** (default, ~13 min): SqueezeNet 1.1 at 224x224, 16 trials per kernel.
+- **Full** (default, ~15 min): SqueezeNet 1.1 at 224x224, 16 trials per kernel.
 """
 import argparse
 import subprocess
