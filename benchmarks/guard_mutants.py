@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RULES = Path("tvm_rl/graph/rules")
 DEFAULT_TESTS = ("tests/graph/test_guards.py tests/graph/test_graph_rules_small.py "
                  "tests/graph/test_rules_linear_merge.py tests/graph/test_rules_algebra.py "
-                 "tests/graph/test_rules_gemm.py "
+                 "tests/graph/test_rules_gemm.py tests/graph/test_rules_reshape_past.py "
                  "tests/graph/test_fuzz_regressions.py -m 'not slow' -x -q -p no:cacheprovider")
 
 # Survivors known to be equivalent mutants, keyed by (file, source text of the mutated expression): why the

@@ -15,7 +15,7 @@ HELD_OUT = ["gpt2_stack", "convnext_stage", "mobilevit_block", "mbconv_se"]
 # Families each held-out tiny model must offer: what it was written to contain (a floor, not the whole list).
 EXPECTED = {
     "gpt2_stack": {"split_fused_matmul", "fuse_attention", "permute_compose", "fold_layernorm_affine"},
-    "convnext_stage": {"conv2d_to_nhwc", "matmul_to_conv1x1", "fold_layernorm_affine"},
+    "convnext_stage": {"conv2d_to_nhwc", "matmul_to_conv1x1", "fold_layernorm_affine", "reshape_past_elementwise"},
     "mobilevit_block": {"fold_batchnorm", "fuse_attention", "dedup", "conv2d_to_nhwc", "reshape_compose"},
     "mbconv_se": {"fold_batchnorm", "conv1x1_to_matmul", "conv2d_to_nhwc"},
 }

@@ -122,7 +122,7 @@ def test_examples_match_what_they_say():
         "reshape_compose": 2, "identity_shape_op": 3, "fold_const_transform": 2, "merge_parallel_matmul": 1,
         "scalar_mul_motion": 1, "identity_arith": 4, "dedup": 2, "fold_tuple_get_item": 1, "fuse_attention": 1,
         "conv1x1_to_matmul": 1, "matmul_to_conv1x1": 1, "conv2d_to_nhwc": 2, "permute_past_elementwise": 2,
-        "activation_after_maxpool": 1, "avg_pool_to_conv": 1}
+        "activation_after_maxpool": 1, "avg_pool_to_conv": 1, "reshape_past_elementwise": 3}
 
 
 # ------------------------------------------------------------------------------- broken variants fail
@@ -298,6 +298,15 @@ class BrokenPermutePast(nhwc.PermutePastElementwise):
         edit.set_value(name, R.permute_dims(inner, [int(a) for a in perm.attrs.axes]))
 
 
+class BrokenReshapePast(layout.ReshapePastElementwise):
+    def rewrite(self, g, m, edit):  # moves the reshape but puts the reshaped operand first: c - x becomes x - c
+        (shaped_name, name), (side,) = m.names, m.params
+        call = g.values[name]
+        args = [g.values[shaped_name].args[0], const(self._constant(g, call, side), "float32")]
+        edit.set_value(name, R.reshape(edit.emit(name, concat.with_args(call, args), "inner"),
+                                       static_shape(g.vars[name].ty)))
+
+
 class BrokenMaxPool(pool.ActivationAfterMaxPool):
     def find(self, g):  # takes any element-wise activation as monotone (gelu is not)
         return [self.match((c.args[0].name, n), "bad") for n, c in g.calls("relax.nn.max_pool2d")
@@ -425,6 +434,8 @@ BROKEN = {
                               lambda: T.transpose_matmul_graph(m=4, n=4, k=4, chain=False)),
     "pad_gemm": (BrokenPadGemm, lambda: T.pad_gemm_graph(bias=False)),
     "fold_layernorm_affine": (BrokenFoldLayerNorm, lambda: T.layernorm_linear_graph(residual=True)),
+    "reshape_past_elementwise": (BrokenReshapePast, lambda: T.module(
+        lambda e, x: e(R.subtract(T.rand(np.random.default_rng(0), 4), e(R.reshape(x, (6, 4))))), [(2, 3, 4)])),
 }
 
 

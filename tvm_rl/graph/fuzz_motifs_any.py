@@ -1,6 +1,6 @@
 """The rule fuzzer's motifs for tensors of any rank: scalar factors moved through ops, permute and reshape
 chains, identities and their look-alikes, duplicated computations, split / concat, activations around concats,
-element-wise ops after a transpose, residual joins, regions in the other float type, and tuple items."""
+element-wise ops after a transpose or a reshape, residual joins, regions in the other float type, and tuple items."""
 from __future__ import annotations
 
 import numpy as np
@@ -210,13 +210,19 @@ class AnyMotifs(MotifBase):
             self.add(self.act(cat))
 
     def transpose_elementwise(self) -> None:
-        """act / binary-with-constant after a permute_dims of any rank."""
+        """act / binary-with-constant after a permute_dims of any rank, or after a reshape (one that keeps the last
+        axis, or any other: then a constant along the view's last axis cannot move above it)."""
         x = self.pick(None, lambda t: len(t.shape) >= 2)
         if x is None:
             return
         rank = len(x.shape)
-        axes = [self.axis(int(a), rank) for a in self.rng.permutation(rank)]
-        y = self.emit(R.permute_dims(self.read(x), axes))
+        if self.chance(0.3):
+            merged = (int(np.prod(x.shape[:-1])), x.shape[-1])
+            y = self.emit(R.reshape(self.read(x), merged if self.chance(0.6) else self._factor(x.shape)))
+            rank = len(y.shape)
+        else:
+            axes = [self.axis(int(a), rank) for a in self.rng.permutation(rank)]
+            y = self.emit(R.permute_dims(self.read(x), axes))
         if self.chance(0.5):
             y = self.act(y)
         else:

@@ -307,6 +307,22 @@ def permute_elementwise_graph(shape: Sequence[int] = (1, 3, 4, 5), axes: Sequenc
     return module(body, [tuple(shape), tuple(shape)])
 
 
+def reshape_elementwise_graph(shape: Sequence[int] = (2, 3, 4), seed: int = 0) -> tvm.IRModule:
+    """Element-wise ops after a reshape that merges x's leading axes: gelu of it, it plus a per-last-axis constant,
+    a constant minus it (the reshaped operand second); and a per-axis constant the reshape does not keep (no match)."""
+    rng = np.random.default_rng(seed)
+    merged = (int(np.prod(shape[:-1])), shape[-1])
+
+    def body(emit, x):
+        a = emit(R.nn.gelu(emit(R.reshape(x, merged))))
+        b = emit(R.add(emit(R.reshape(x, merged)), rand(rng, shape[-1])))
+        c = emit(R.subtract(rand(rng, 1, shape[-1]), emit(R.reshape(x, merged))))
+        flat = emit(R.multiply(emit(R.reshape(x, (merged[0] * merged[1],))), rand(rng, merged[0] * merged[1])))
+        return emit(R.add(emit(R.multiply(a, b)), c)), flat
+
+    return module(body, [tuple(shape)])
+
+
 def maxpool_graph(act: str = "relu", k: int = 3, stride: int = 2, pad: int = 1, hw: int = 7,
                   ceil_mode: bool = False) -> tvm.IRModule:
     """max_pool2d(act(x)) (ResNet's stem: relu then a padded 3x3 stride-2 pool)."""
@@ -536,6 +552,7 @@ EXAMPLES: dict[str, Callable[[], tvm.IRModule]] = {
     "transpose_into_matmul": transpose_matmul_graph,
     "pad_gemm": pad_gemm_graph,
     "fold_layernorm_affine": layernorm_linear_graph,
+    "reshape_past_elementwise": reshape_elementwise_graph,
 }
 """A small graph on which each rule family matches (at least once), for tests and examples."""
 

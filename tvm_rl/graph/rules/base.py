@@ -159,6 +159,8 @@ ACTION_ORDER: tuple[str, ...] = (
     "merge_sibling_linear", "split_fused_matmul", "merge_shared_weight_matmul", "matmul_associate",
     "matmul_distribute", "fold_binary_into_weight", "combine_const_adds", "transpose_into_matmul", "pad_gemm",
     "fold_layernorm_affine",
+    # Appended 2026-12-03.
+    "reshape_past_elementwise",
 )
 if len(set(ACTION_ORDER)) != len(ACTION_ORDER):
     raise ValueError(f"ACTION_ORDER lists {sorted({n for n in ACTION_ORDER if ACTION_ORDER.count(n) > 1})} "

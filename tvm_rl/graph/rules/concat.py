@@ -10,6 +10,8 @@ from .ir import Edit, Graph, float_tensor, with_args
 # Element-wise activations applied alike to every element: they commute with concat and split.
 ACTIVATIONS = ("relax.nn.relu", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.sigmoid",
                "relax.tanh", "relax.clip", "relax.nn.leakyrelu", "relax.nn.softplus", "relax.nn.selu")
+# Binary element-wise arithmetic, which the layout rules move with a constant operand re-laid-out.
+ARITHMETIC = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
 
 
 def concat_fields(g: Graph, call) -> list | None:

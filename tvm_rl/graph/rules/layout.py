@@ -1,15 +1,18 @@
-"""Layout rules: compose permute_dims and reshape chains, drop shape no-ops, pre-compute constant layouts."""
+"""Layout rules: compose permute_dims and reshape chains, drop shape no-ops, pre-compute constant layouts, and move
+element-wise ops above a reshape into the kernel before it."""
 from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.ir import GenericConst
 
 from .. import keepalive
 from .base import Match, Rule, register
-from .ir import Edit, Graph, const, ndim_of, permute_axes, static_shape, substitute
+from .concat import ACTIVATIONS, ARITHMETIC
+from .ir import Edit, Graph, const, float_tensor, ndim_of, permute_axes, static_shape, substitute, with_args
 
 
 @register
@@ -148,3 +151,69 @@ class FoldConstTransform(Rule):
         for user in users:
             edit.set_value(user, substitute(g.values[user], {name: value}))
 
+
+
+def _trailing_constant(c: np.ndarray | None, before: tuple[int, ...] | None, after: tuple[int, ...]
+                      ) -> np.ndarray | None:
+    """`c` without its leading unit axes, when `op(reshape(x, after), c) == reshape(op(x, that), after)` for x of
+    static shape `before`; else None.
+
+    Row-major reshape keeps the flat index, and the last k axes of a shape are its low digits: when the k axes left
+    in `c` are trailing axes of equal extent in `before` and `after`, every element meets the same value of `c` on
+    both sides. Not so for, e.g., a per-channel constant on NHWC viewed as [N*H*W*C], nor for a constant of higher
+    rank than either side (its axes would line up with different axes of the two)."""
+    if c is None or before is None:
+        return None
+    nonunit = [i for i, d in enumerate(c.shape) if d != 1]
+    core = c.reshape(c.shape[nonunit[0]:]) if nonunit else c.reshape(())
+    k = core.ndim
+    if k > min(len(before), len(after)) or before[len(before) - k:] != after[len(after) - k:]:
+        return None
+    return core
+
+
+@register
+class ReshapePastElementwise(Rule):
+    """f(reshape(x, s)) -> reshape(f(x), s) for an element-wise activation f, or a binary op with a constant that
+    varies only along trailing axes the reshape keeps; so f joins the kernel that computes x (a matmul's epilogue:
+    the GELU between a ConvNeXt block's two linears), and the reshape meets the next one (reshape_compose).
+
+    The reshape must be read only by f (it must die with the rewrite); the result must be a float tensor of static
+    shape, and with a constant operand x's shape must be static too."""
+
+    name = "reshape_past_elementwise"
+
+    def find(self, g: Graph) -> list[Match]:
+        out = []
+        for name, call in g.calls(*ACTIVATIONS, *ARITHMETIC):
+            result = float_tensor(g.vars[name])
+            if result is None:
+                continue
+            for side in (0,) if call.op.name in ACTIVATIONS else (0, 1):
+                u = call.args[side]
+                shaped = g.call(u, "relax.reshape")
+                if shaped is None or g.single_use(u.name) != name:
+                    continue
+                if call.op.name in ARITHMETIC and self._constant(g, call, side) is None:
+                    continue
+                out.append(self.match((u.name, name), f"{name} = {call.op.name.split('.')[-1]}(reshape "
+                                      f"{u.name})", (side,)))
+                break
+        return out
+
+    @staticmethod
+    def _constant(g: Graph, call, side: int) -> np.ndarray | None:
+        """The constant operand as it applies before the reshape at `call.args[side]`, None if there is none."""
+        x = g.values[call.args[side].name].args[0]
+        return _trailing_constant(g.const(call.args[1 - side]), static_shape(x.ty),
+                                  static_shape(call.args[side].ty))
+
+    def rewrite(self, g: Graph, m: Match, edit: Edit) -> None:
+        (shaped_name, name), (side,) = m.names, m.params
+        call = g.values[name]
+        args = list(call.args)
+        args[side] = g.values[shaped_name].args[0]
+        if call.op.name in ARITHMETIC:
+            args[1 - side] = const(self._constant(g, call, side), str(g.vars[name].ty.dtype))
+        inner = edit.emit(name, with_args(call, args), f"{name}_pre")
+        edit.set_value(name, relax.op.reshape(inner, static_shape(g.vars[name].ty)))

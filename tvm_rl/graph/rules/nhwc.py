@@ -6,7 +6,7 @@ import numpy as np
 from tvm import relax
 
 from .base import Match, Rule, register
-from .concat import ACTIVATIONS
+from .concat import ACTIVATIONS, ARITHMETIC
 from .conv import plain_conv
 from .ir import Edit, Graph, const, float_tensor, ndim_of, permute_axes, with_args
 
@@ -37,9 +37,6 @@ class Conv2DToNHWC(Rule):
         edit.set_value(name, relax.op.permute_dims(y, [0, 3, 1, 2]))
 
 
-_BINARY = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
-
-
 @register
 class PermutePastElementwise(Rule):
     """f(permute_dims(x, p)) -> permute_dims(f(x), p) for an element-wise activation f, or a binary op with a
@@ -56,11 +53,11 @@ class PermutePastElementwise(Rule):
 
     def find(self, g: Graph) -> list[Match]:
         out = []
-        for name, call in g.calls(*ACTIVATIONS, *_BINARY):
+        for name, call in g.calls(*ACTIVATIONS, *ARITHMETIC):
             result = float_tensor(g.vars[name])
             if result is None:
                 continue
-            if call.op.name in _BINARY and (both := self._both_permuted(g, name, call)) is not None:
+            if call.op.name in ARITHMETIC and (both := self._both_permuted(g, name, call)) is not None:
                 out.append(both)
                 continue
             sides = (0,) if call.op.name in ACTIVATIONS else (0, 1)
@@ -72,7 +69,7 @@ class PermutePastElementwise(Rule):
                     continue
                 if float_tensor(perm.args[0]) is None or ndim_of(perm.args[0]) != len(result[0]):
                     continue
-                if call.op.name in _BINARY:
+                if call.op.name in ARITHMETIC:
                     c = g.const(call.args[1 - side])
                     # A constant operand that does not broadcast the result bigger and has its dtype.
                     if c is None or c.ndim > len(result[0]) or str(c.dtype) != result[1]:
@@ -114,7 +111,7 @@ class PermutePastElementwise(Rule):
         axes = permute_axes(perm, ndim)
         args = list(call.args)
         args[side] = perm.args[0]
-        if call.op.name in _BINARY:
+        if call.op.name in ARITHMETIC:
             c = g.const(args[1 - side])
             full = c.reshape((1,) * (ndim - c.ndim) + c.shape)
             # permute_dims(c', axes) == c for c' = transpose(c, argsort(axes)); broadcasting commutes.
