@@ -452,21 +452,10 @@ def test_activation_out_of_concat_needs_two_inputs_at_least():
 # ----------------------------------------------------------------------------- layout rules
 
 
-def _function(params, body):
-    """A module whose main(params) returns body(emit, *params), for inputs T.module cannot make (unknown rank,
-    symbolic shapes)."""
-    bb = relax.BlockBuilder()
-    with bb.function("main", params):
-        with bb.dataflow():
-            gv = bb.emit_output(body(bb.emit, *params))
-        bb.emit_func_output(gv)
-    return bb.get()
-
-
 def test_permute_compose_needs_a_known_rank():
     """permute_dims(permute_dims(x, None), None) of an x of unknown rank: the axes cannot be composed."""
     x = relax.Var("x", relax.TensorType(None, "float32", ndim=-1))
-    mod = _function([x], lambda e, x: e(R.permute_dims(e(R.permute_dims(x, None)), None)))
+    mod = T.module_of([x], lambda e, x: e(R.permute_dims(e(R.permute_dims(x, None)), None)))
     assert get_rule("permute_compose").matches(mod) == []
 
 
@@ -481,7 +470,7 @@ def test_reshape_compose_needs_static_shapes_at_both_ends(dynamic):
     else:
         params = [relax.Var("x", relax.TensorType([n, 4], "float32"))]
         mid, target = (n, 2, 2), ((8,) if dynamic == "input" else (n * 4,))
-    mod = _function(params, lambda e, x, *_: e(R.reshape(e(R.reshape(x, mid)), target)))
+    mod = T.module_of(params, lambda e, x, *_: e(R.reshape(e(R.reshape(x, mid)), target)))
     assert get_rule("reshape_compose").matches(mod) == []
 
 
@@ -491,12 +480,12 @@ def test_identity_shape_op_needs_known_shapes(op):
     broadcast_to of a symbolic-shaped x, whose unknown input and output shapes must not compare equal)."""
     if op == "permute":  # (Relax takes explicit axes only of a known rank)
         x = relax.Var("x", relax.TensorType(None, "float32", ndim=-1))
-        mod = _function([x], lambda e, x: e(R.permute_dims(x, None)))
+        mod = T.module_of([x], lambda e, x: e(R.permute_dims(x, None)))
     else:
         n = tvm.tirx.Var("n", "int64")
         x = relax.Var("x", relax.TensorType([n, 4], "float32"))
         fn = R.reshape if op == "reshape" else R.broadcast_to
-        mod = _function([x], lambda e, x: e(fn(x, (n * 2, 2) if op == "reshape" else (2, n, 4))))
+        mod = T.module_of([x], lambda e, x: e(fn(x, (n * 2, 2) if op == "reshape" else (2, n, 4))))
     assert get_rule("identity_shape_op").matches(mod) == []
 
 
@@ -508,10 +497,10 @@ def test_fold_const_transform_needs_a_tensor_constant_and_a_static_result(case):
     n = tvm.tirx.Var("n", "int64")
     y = relax.Var("y", relax.TensorType([n] if case == "symbolic target" else [2], "float32"))
     if case == "symbolic target":
-        mod = _function([y], lambda e, y: e(R.reshape(relax.const(np.ones((2, 4), "float32")), (n, 4))))
+        mod = T.module_of([y], lambda e, y: e(R.reshape(relax.const(np.ones((2, 4), "float32")), (n, 4))))
     else:
         c = tvm.ir.GenericConst([1, 2], relax.TensorType([2, 3], "float32"))
-        mod = _function([y], lambda e, y: e(R.permute_dims(c, [1, 0])))
+        mod = T.module_of([y], lambda e, y: e(R.permute_dims(c, [1, 0])))
     assert get_rule("fold_const_transform").matches(mod) == []
 
 
@@ -621,7 +610,7 @@ def test_activation_after_maxpool_needs_numeric_clip_bounds():
     known to be non-decreasing (and reading them as numbers must not raise)."""
     n = tvm.tirx.Var("n", "int64")
     params = [relax.Var("x", relax.TensorType([1, 3, 6, 6], "float32")), relax.Var("y", relax.TensorType([n]))]
-    mod = _function(params, lambda e, x, y: e(R.nn.max_pool2d(e(R.clip(x, 0.0, tvm.tirx.Cast("float32", n))),
+    mod = T.module_of(params, lambda e, x, y: e(R.nn.max_pool2d(e(R.clip(x, 0.0, tvm.tirx.Cast("float32", n))),
                                                               pool_size=2, strides=2)))
     assert get_rule("activation_after_maxpool").matches(mod) == []
 
@@ -655,7 +644,7 @@ def test_avg_pool_to_conv_needs_a_static_float_pool(case):
     pool or one of a symbolic size has none, and is left alone."""
     n = tvm.tirx.Var("n", "int64")
     shape, dtype = ([1, 3, 6, 6], "int32") if case == "int32" else ([1, 3, n, n], "float32")
-    mod = _function([relax.Var("x", relax.TensorType(shape, dtype))],
+    mod = T.module_of([relax.Var("x", relax.TensorType(shape, dtype))],
                     lambda e, x: e(R.nn.avg_pool2d(x, pool_size=3, strides=1, padding=1, count_include_pad=True)))
     assert get_rule("avg_pool_to_conv").matches(mod) == []
 
@@ -714,10 +703,10 @@ def test_rules_read_non_tensor_and_shapeless_types_as_unknown(case):
     n = tvm.tirx.Var("n", "int64")
     if case == "prim add":
         params = [relax.Var("y", relax.TensorType([n], "float32"))]
-        mod = _function(params, lambda e, y: e(R.add(relax.prim_value(n), relax.prim_value(n))))
+        mod = T.module_of(params, lambda e, y: e(R.add(relax.prim_value(n), relax.prim_value(n))))
     else:
         params = [relax.Var("x", relax.TensorType([2, 3], "float32")), relax.Var("s", relax.ShapeType(None, 2))]
-        mod = _function(params, lambda e, x, s: e(R.reshape(e(R.reshape(x, s)), (2, 3))))
+        mod = T.module_of(params, lambda e, x, s: e(R.reshape(e(R.reshape(x, s)), (2, 3))))
     found = {rule.name: rule.matches(mod) for rule in all_rules()}
     # (reshape_compose rightly takes reshape(reshape(x, s), (2, 3)) -> x: both its ends are static.)
     assert {k: v for k, v in found.items() if v} == ({} if case == "prim add" else {"reshape_compose": found[
@@ -781,7 +770,7 @@ def test_a_constant_reshaped_to_a_symbolic_shape_is_no_weight():
     def body(e, x, y):
         return [e(R.nn.relu(e(R.matmul(x, e(R.reshape(T.rand(rng, 4, 6), (n, 4))))))) for _ in range(2)]
 
-    assert get_rule("merge_parallel_matmul").matches(_function(params, body)) == []
+    assert get_rule("merge_parallel_matmul").matches(T.module_of(params, body)) == []
 
 
 @pytest.mark.parametrize("after", ["multiply", "bias broadcast bigger", "variable", "per-row bias"])

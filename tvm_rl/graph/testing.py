@@ -28,6 +28,17 @@ def module(body: Body, shapes: Sequence[Sequence[int]], dtype: str = "float32") 
     return bb.get()
 
 
+def module_of(params: Sequence[relax.Var], body: Body) -> tvm.IRModule:
+    """Like `module`, for inputs it cannot make (unknown rank, symbolic shapes): `main(params)` returns
+    `body(emit, *params)`."""
+    bb = relax.BlockBuilder()
+    with bb.function("main", list(params)):
+        with bb.dataflow():
+            gv = bb.emit_output(body(bb.emit, *params))
+        bb.emit_func_output(gv)
+    return bb.get()
+
+
 def rand(rng: np.random.Generator, *shape: int, low: float | None = None, high: float | None = None,
          dtype: str = "float32") -> relax.Expr:
     """A constant of `shape`: standard normal, or uniform in [low, high)."""
@@ -308,13 +319,13 @@ def permute_elementwise_graph(shape: Sequence[int] = (1, 3, 4, 5), axes: Sequenc
 
 
 def reshape_elementwise_graph(shape: Sequence[int] = (2, 3, 4), seed: int = 0) -> tvm.IRModule:
-    """Element-wise ops after a reshape that merges x's leading axes: gelu of it, it plus a per-last-axis constant,
+    """Element-wise ops after a reshape that merges x's leading axes: relu of it, it plus a per-last-axis constant,
     a constant minus it (the reshaped operand second); and a per-axis constant the reshape does not keep (no match)."""
     rng = np.random.default_rng(seed)
     merged = (int(np.prod(shape[:-1])), shape[-1])
 
     def body(emit, x):
-        a = emit(R.nn.gelu(emit(R.reshape(x, merged))))
+        a = emit(R.nn.relu(emit(R.reshape(x, merged))))
         b = emit(R.add(emit(R.reshape(x, merged)), rand(rng, shape[-1])))
         c = emit(R.subtract(rand(rng, 1, shape[-1]), emit(R.reshape(x, merged))))
         flat = emit(R.multiply(emit(R.reshape(x, (merged[0] * merged[1],))), rand(rng, merged[0] * merged[1])))
