@@ -16,16 +16,7 @@ def module(body: Body, shapes: Sequence[Sequence[int]], dtype: str = "float32") 
     `emit(expr)` binds `expr` in the dataflow block and returns the variable; `body` returns the result
     expression (a variable, or a tuple of them).
     """
-    bb = relax.BlockBuilder()
-    params = [relax.Var(f"x{i}", relax.TensorType(list(s), dtype)) for i, s in enumerate(shapes)]
-    with bb.function("main", params):
-        with bb.dataflow():
-            out = body(bb.emit, *params)
-            if isinstance(out, (list, tuple)):
-                out = relax.Tuple(list(out))
-            gv = bb.emit_output(out)
-        bb.emit_func_output(gv)
-    return bb.get()
+    return module_of([relax.Var(f"x{i}", relax.TensorType(list(s), dtype)) for i, s in enumerate(shapes)], body)
 
 
 def module_of(params: Sequence[relax.Var], body: Body) -> tvm.IRModule:
@@ -34,7 +25,10 @@ def module_of(params: Sequence[relax.Var], body: Body) -> tvm.IRModule:
     bb = relax.BlockBuilder()
     with bb.function("main", list(params)):
         with bb.dataflow():
-            gv = bb.emit_output(body(bb.emit, *params))
+            out = body(bb.emit, *params)
+            if isinstance(out, (list, tuple)):
+                out = relax.Tuple(list(out))
+            gv = bb.emit_output(out)
         bb.emit_func_output(gv)
     return bb.get()
 
