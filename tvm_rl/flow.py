@@ -18,6 +18,8 @@ import tvm_ffi
 
 from . import measure, models
 from .errors import MismatchError, TvmRlError
+from .fast_math import default_for as fast_math_default
+from .fast_math import fast_math as lower_fast_math
 from .graph import defaults
 
 
@@ -39,6 +41,7 @@ class OptimizeReport:
     tuned_ms: float = 0.0  # the rewritten, tuned build's latency, even when it lost to the default build
     kept_default: bool = False  # True when the tuned build measured slower, so the default build was returned
     graph_rounds: list[dict] = field(default_factory=list)  # with graph_rounds > 1: each round's graph and latency
+    fast_math: bool = False  # True when erf / exp / tanh (GELU, SiLU, sigmoid, softmax) were built fast (`fast_math`)
 
     @property
     def speedup(self) -> float:
@@ -48,7 +51,8 @@ class OptimizeReport:
         stages = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
         return (f"{self.model} on {self.target}: {self.default_ms:.3f} ms (TVM default build) -> "
                 f"{self.optimized_ms:.3f} ms optimized ({self.speedup:.2f}x); {len(self.graph_rewrites)} graph "
-                f"rewrites{f' ({self.graph_policy})' if self.graph_policy else ''}, {self.kernels_tuned} kernels "
+                f"rewrites{f' ({self.graph_policy})' if self.graph_policy else ''}"
+                f"{', fast math' if self.fast_math else ''}, {self.kernels_tuned} kernels "
                 f"tuned with {self.trials_measured} measurements; "
                 f"outputs match the source model (max abs err {self.max_abs_err:.2g}); {stages}"
                 + (f". The rewritten, tuned build measured {self.tuned_ms:.3f} ms, slower than the default build, so "
@@ -137,7 +141,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
              rewrite_seconds: float = defaults.TIME_BUDGET_S,
              trials_per_kernel: int = 16, strategy: str | None = None, seed: int = 0, repeat: int = 20,
              rtol: float = 1e-3, atol: float = 1e-3, cost_model: str | None = None,
-             graph_rounds: int = 1) -> Optimized:
+             graph_rounds: int = 1, fast_math: bool | None = None) -> Optimized:
     """Optimize `model` for `target`; everything it writes goes under `work_dir` (database in
     `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). `policy` chooses the graph
     pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
@@ -149,8 +153,11 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     model file). `graph_rounds` > 1 runs the graph pass again after each tuning, priced by the roofline refitted
     on the kernels tuned so far (the first round prices with the nominal one unless the work dir has a
     database), tunes the new graph's new kernels, and keeps the round whose build measures fastest; it stops
-    early when a round chooses a graph an earlier one did. Raises MismatchError if the optimized module's outputs
-    differ from the source model's by more than rtol/atol (atol relative to the largest output)."""
+    early when a round chooses a graph an earlier one did. `fast_math` builds erf, exp and tanh (GELU, SiLU,
+    sigmoid, softmax) with TVM's vectorisable approximations (`tvm_rl.fast_math`, a few ulp off): None turns it on
+    for CPU targets, where it was measured faster, and off for GPUs, where it was not measured. Raises
+    MismatchError if the optimized module's outputs differ from the source model's by more than rtol/atol (atol
+    relative to the largest output)."""
     from .tune import tune_model
     from .tune.cost_model import from_spec as cost_model_from_spec
 
@@ -161,6 +168,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     m = _as_model(model, example_inputs, shapes, name)
     seconds["import"] = time.perf_counter() - t
     report = OptimizeReport(m.name, str(target.kind.name))
+    report.fast_math = fast_math_default(target) if fast_math is None else bool(fast_math)
     expected = m.reference_outputs() if m.reference is not None else None
 
     t = time.perf_counter()
@@ -181,6 +189,9 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
             t = time.perf_counter()
             mod, rl_report = _rewrite(m.mod, target, tuning_dir, policy, rewrite_steps, rewrite_seconds, seed)
             seconds["graph pass" + (f" {r + 1}" if r else "")] = time.perf_counter() - t
+        if report.fast_math:
+            mod = lower_fast_math(mod)
+        if rewrite:
             same = next((i for i, c in enumerate(rounds) if tvm_ffi.structural_equal(c.mod, mod)), None)
             if same is not None:  # the refitted proxy chose the same graph: nothing new to tune or time
                 repeated.append({"round": r + 1, "same_graph_as_round": same + 1})

@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     ap.add_argument("--graph-rounds", type=int, default=1, metavar="N",
                     help="rewrite and tune N times, each graph pass priced by the kernels tuned so far; keeps the "
                          "round that measures fastest (default 1)")
+    ap.add_argument("--fast-math", action=argparse.BooleanOptionalAction, default=None,
+                    help="build erf / exp / tanh (GELU, SiLU, sigmoid, softmax) with TVM's vectorisable "
+                         "approximations, a few ulp off (default: on for CPU targets, off for GPUs)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work-dir", default="logs", help="database, report (default logs/)")
     ap.add_argument("--export", default=None, metavar="FILE.so", help="write the compiled library here")
@@ -58,7 +61,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     out = optimize(model, args.target, shapes=dict(args.shape) or None, work_dir=args.work_dir,
                    rewrite=not args.no_rewrite, policy=args.policy, rewrite_steps=args.rewrite_steps,
                    rewrite_seconds=args.rewrite_seconds, trials_per_kernel=args.trials, strategy=args.strategy,
-                   seed=args.seed, cost_model=args.cost_model, graph_rounds=args.graph_rounds)
+                   seed=args.seed, cost_model=args.cost_model, graph_rounds=args.graph_rounds,
+                   fast_math=args.fast_math)
     print(out.report.summary())
     if args.export:
         print(f"exported {out.export(args.export)} (tvm.runtime.load_module + relax.VirtualMachine)")

@@ -13,13 +13,13 @@ PACKAGE = Path(tvm_rl.__file__).resolve().parent
 
 # Each layer may import only from the layers named for it (beside itself and third-party packages).
 LAYERS = {
-    "base": {"errors", "paths", "interrupt", "measure", "database"},
+    "base": {"errors", "paths", "interrupt", "measure", "database", "fast_math"},
     "models": {"models"},
     "rl": {"rl"},
     "graph": {"graph"},
     "tune": {"tune"},
     "top": {"flow", "flow_command", "tuned_cost", "bench", "tuner_e2e", "tuner_e2e_table", "tuner_e2e_archive",
-            "report", "cli", "demo", "dynamo", "__init__"},
+            "fast_math_bench", "report", "cli", "demo", "dynamo", "__init__"},
 }
 ALLOWED = {
     "base": {"base"},
