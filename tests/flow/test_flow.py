@@ -117,6 +117,42 @@ def test_cli_optimize_passes_the_cost_model_on(monkeypatch):
     assert seen == ["xgb-pretrained", None]
 
 
+def test_cli_optimize_passes_fast_math_on(monkeypatch):
+    """`--fast-math` / `--no-fast-math` reach `optimize`; None (the target's default) when neither is given."""
+    import tvm_rl.flow
+    from tvm_rl.cli import main
+
+    seen = []
+
+    class Out:
+        report = tvm_rl.flow.OptimizeReport("m", "llvm", fast_math=True)
+
+    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k["fast_math"]), Out())[1])
+    for flags in (["--fast-math"], ["--no-fast-math"], []):
+        assert main(["optimize", "--model", "resnet18", *flags]) == 0
+    assert seen == [True, False, None]
+    assert ", fast math," in Out.report.summary()
+
+
+@pytest.mark.slow
+def test_optimize_builds_gelu_with_fast_math_on_cpu_and_exactly_when_asked(tmp_path, cpu):
+    """On a CPU the default build of a GELU MLP uses the fast erf, still matching the source within rtol 1e-3;
+    fast_math=False keeps the exact erf."""
+    from tvm.script import relax as R
+
+    w = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32) / 8
+
+    def body(emit, x):
+        return emit(R.nn.gelu(emit(R.matmul(x, relax.const(w)))))
+
+    mod = T.module(body, [(16, 32)])
+    for fast in (None, False):
+        out = tvm_rl.optimize(mod, cpu, work_dir=tmp_path / str(fast), trials_per_kernel=1, rewrite=False,
+                              repeat=3, strategy="random", fast_math=fast)
+        assert out.report.fast_math is (fast is None)
+        assert ("fast_erf" in out.rewritten.script()) is (fast is None)
+
+
 @pytest.mark.slow
 def test_cli_optimizes_and_exports_an_onnx_model(tmp_path, capsys):
     """A newcomer's path: an ONNX file in, an optimized, checked, exported library out, through the CLI."""
