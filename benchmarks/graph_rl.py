@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from graph_search import (  # noqa: E402
     add_tuning_args,
     check_tuning_args,
+    lowering,
     measure_variants,
     open_database_arg,
     proxy_hardware,
@@ -125,7 +126,7 @@ def measure_arms(model, graphs: dict, runs: dict, target, database, args, hardwa
         row = next(r for r in runs[arm] if r["seed"] == seed)
         variants[f"{arm}@{seed}"] = (mod, row["seconds"], row["applied"])
     rows = measure_variants(model, variants, target, database, args.repeat, cost.roofline_cost(hardware),
-                            tuner(target, args))
+                            tuner(target, args), lowering(args))
     base = rows["original"]["latency_ms"]
     measured: dict[str, list[dict]] = {}
     for (arm, seed) in graphs:

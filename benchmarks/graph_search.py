@@ -52,6 +52,9 @@ def add_tuning_args(ap: argparse.ArgumentParser, tune_seed: bool = True) -> None
                              "see how much of a measured difference is tuning noise")
     ap.add_argument("--no-confirm", action="store_true",
                     help="keep the searches' graphs even when they measure slower than the original")
+    ap.add_argument("--fast-math", action="store_true",
+                    help="build every measured graph with tvm_rl.fast_math.FastMath(), as tvm-rl optimize does on CPU "
+                         "(the searches and the proxy still see the graph without it)")
 
 
 def check_tuning_args(ap: argparse.ArgumentParser, args) -> None:
@@ -75,6 +78,15 @@ def tuner(target, args):
     return tuned_cost.database_tuner(target, args.database, args.tune_trials, seed=args.tune_seed)
 
 
+def lowering(args):
+    """With --fast-math: what every measured graph is built as (`fast_math.fast_math`). Else None."""
+    if not getattr(args, "fast_math", False):
+        return None
+    from tvm_rl.fast_math import fast_math
+
+    return fast_math
+
+
 def confirmed(r: search.SearchResult, original: tvm.IRModule, measure_pair, enabled: bool) -> tuple:
     """(graph, search seconds, rewrites, guard note) of a search result, after the measured guard if enabled."""
     if enabled:
@@ -87,11 +99,12 @@ def confirmed(r: search.SearchResult, original: tvm.IRModule, measure_pair, enab
 
 
 def measure_variants(model, variants: dict, target, database: DatabaseLike, repeat: int, fn,
-                     tune=None) -> dict[str, dict]:
+                     tune=None, lower=None) -> dict[str, dict]:
     """Build every variant with the same kernel schedules, check it against the first one's outputs, and time
     them all in interleaved rounds (`measure.time_interleaved`).
 
-    `tune(mod) -> database`, when given, tunes a variant's kernels first and returns the database to build with.
+    `tune(mod) -> database`, when given, tunes a variant's kernels first and returns the database to build with;
+    `lower(mod) -> mod`, when given, is what gets tuned and built (`--fast-math`), the proxy pricing `mod` itself.
     A variant whose graph is one built before (a guard that returned the input, a search that found nothing) is
     that build, timed once: two builds of one BERT graph measured 111 and 120 ms in the same rounds."""
     rows, runners, reference, built = {}, {}, None, {}
@@ -106,10 +119,12 @@ def measure_variants(model, variants: dict, target, database: DatabaseLike, repe
             rows[key].update(same_graph_as=same, matches_original=rows[same]["matches_original"],
                              max_abs_err=rows[same]["max_abs_err"])
             continue
+        built[key] = mod
+        if lower is not None:
+            mod = lower(mod)
         if tune is not None:
             database = tune(mod)
         runners[key] = runner = measure.Runner(measure.build(mod, target, database), target)
-        built[key] = mod
         outputs = runner(model.inputs)
         if reference is None:
             reference = outputs
@@ -208,7 +223,8 @@ def main() -> None:
         variants["greedy"] = confirmed(r, model.mod, measure_pair, not args.no_confirm)
         r = search.backtracking(model.mod, fn, alpha=args.alpha, budget=args.budget, cap=args.cap)
         variants["backtracking"] = confirmed(r, model.mod, measure_pair, not args.no_confirm)
-        rows = measure_variants(model, variants, target, database, args.repeat, fn, tuner(target, args))
+        rows = measure_variants(model, variants, target, database, args.repeat, fn, tuner(target, args),
+                                lowering(args))
         results[name] = rows
         print(f"{name}: " + ", ".join(f"{k} {v['latency_ms']:.3f} ms ({v['speedup']:.2f}x)" for k, v in rows.items()),
               flush=True)

@@ -28,6 +28,7 @@ from graph_search import (  # noqa: E402
     add_tuning_args,
     check_tuning_args,
     confirmed,
+    lowering,
     measure_variants,
     open_database_arg,
     proxy_hardware,
@@ -173,7 +174,7 @@ def main() -> None:
                                              seed=args.seed) if args.tune_trials else \
             cost.pair_measure(target, model.inputs, database, repeat=args.repeat)
         variants["greedy"] = confirmed(r, model.mod, pair, not args.no_confirm)
-        rows = measure_variants(model, variants, target, database, args.repeat, fn, tuner)
+        rows = measure_variants(model, variants, target, database, args.repeat, fn, tuner, lowering(args))
         best = max((k for k in rows if k not in ("original", CONTROL)), key=lambda k: rows[k]["speedup"])
         db = tuner(variants[best][0]) if tuner is not None else database
         account = {"original": kernel_account(model.mod, target, db, args.kernel_repeat),

@@ -61,6 +61,7 @@ class Options:
     rtol: float = 1e-3
     atol: float = 1e-3  # relative to the largest output, as in `optimize`
     repeat: int = 10  # timed runs of the default and the optimized build (the faster one is kept)
+    fast_math: bool | None = None  # None: on for CPU targets (`tvm_rl.fast_math.default_for`)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None = None, mode: str | None = None) -> Options:
@@ -129,7 +130,7 @@ def compile_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], opts: Options
     out = optimize(module, opts.target, example_inputs=runtime, name=name, work_dir=opts.resolved_work_dir(),
                    rewrite=opts.rewrite, rewrite_steps=opts.rewrite_steps, rewrite_seconds=opts.rewrite_seconds,
                    trials_per_kernel=opts.trials_per_kernel, strategy=opts.strategy, seed=opts.seed,
-                   repeat=opts.repeat, rtol=opts.rtol, atol=opts.atol)
+                   repeat=opts.repeat, rtol=opts.rtol, atol=opts.atol, fast_math=opts.fast_math)
     graph = TvmGraph(gm, out, {i: inputs[i] for i in frozen}, len(inputs), as_list, dtypes, opts)
     graph.verify(inputs)
     log.info("tvm_rl: %s", out.report.summary())
