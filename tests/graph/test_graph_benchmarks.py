@@ -31,3 +31,24 @@ def test_a_variant_with_the_original_graph_is_the_original_build(monkeypatch):
     assert rows["guarded"]["latency_ms"] == rows["original"]["latency_ms"] and rows["guarded"]["speedup"] == 1.0
     assert rows["guarded"]["guard"] == {"kept": False} and rows["guarded"]["optimisation_s"] == 2.0
     assert all(r["matches_original"] for r in rows.values())
+
+
+def test_with_fast_math_every_graph_is_built_lowered_and_priced_as_it_is(monkeypatch):
+    """--fast-math: the build (and tuning) get the lowered graph; the proxy and the same-graph check the graph."""
+    from graph_search import lowering
+    from tvm.script import relax as R
+
+    from tvm_rl import fast_math
+
+    mod = T.module(lambda emit, x: emit(R.nn.gelu(x)), [(4, 8)])
+    builds, priced = [], []
+    build = measure.build
+    monkeypatch.setattr(measure, "build", lambda m, *a, **k: (builds.append(m), build(m, *a, **k))[1])
+    lower = lowering(SimpleNamespace(fast_math=True))
+    assert lower is fast_math.fast_math and lowering(SimpleNamespace(fast_math=False)) is None
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype("float32")
+    rows = measure_variants(SimpleNamespace(inputs=[x]), {"original": (mod, 0.0, []), "again": (mod, 0.0, [])},
+                            measure.parse_target("llvm"), None, 3, lambda m: (priced.append(m), 1.0)[1],
+                            lower=lower)
+    assert len(builds) == 1 and "fast_erf" in builds[0].script() and all(m is mod for m in priced)
+    assert rows["again"]["same_graph_as"] == "original"
