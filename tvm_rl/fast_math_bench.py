@@ -6,6 +6,7 @@ database). Writes logs/fast_math_<target>.json and a bar plot.
 
     python benchmarks/fast_math.py                                # the held-out models with GELU / SiLU / sigmoid
     python benchmarks/fast_math.py --models bert vit --tune-trials 16
+    python benchmarks/fast_math.py --functions                    # each function alone: ns per element, error
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+import numpy as np
 
 from . import measure, models
 from .fast_math import fast_math, uses_transcendentals
@@ -30,12 +33,59 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, or a target JSON")
     ap.add_argument("--tune-trials", type=int, default=16, help="trials per kernel for both builds")
     ap.add_argument("--seed", type=int, default=0, help="tuning seed")
-    ap.add_argument("--repeat", type=int, default=30, help="interleaved timing rounds (medians reported)")
+    ap.add_argument("--repeat", type=int, default=30, help="interleaved timing rounds (medians reported; each row "
+                    "records its own)")
     ap.add_argument("--database", default=None, help="tuning folder (default logs/tuning/fast_math_<target>)")
     ap.add_argument("--out", default=None, help="JSON path (default logs/fast_math_<target>.json)")
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch eager")
     ap.add_argument("--force", action="store_true", help="re-measure models the JSON already has")
+    ap.add_argument("--functions", action="store_true",
+                    help="instead: each function alone on one core, exact and fast (ns per element, worst error)")
     return ap
+
+
+def _functions() -> dict:
+    """name -> (TVM's lowering, the fast version, float64 reference, error kind, grid)."""
+    import math
+
+    from tvm import topi
+
+    wide = np.linspace(-100.0, 100.0, 2_000_001, dtype=np.float32)
+    return {
+        "erf": (topi.erf, topi.fast_erf, np.vectorize(math.erf), "absolute", np.linspace(-10, 10, 2_000_001,
+                                                                                         dtype=np.float32)),
+        "tanh": (topi.tanh, topi.fast_tanh, np.tanh, "relative", wide),
+        "exp": (topi.exp, topi.fast_exp, np.exp, "relative", wide[np.abs(wide) <= 80]),
+        "sigmoid": (topi.sigmoid, lambda x: 1.0 / (1.0 + topi.fast_exp(-x)), lambda v: 1 / (1 + np.exp(-v)),
+                    "relative", wide),
+    }
+
+
+def time_functions(target, repeat: int) -> dict:
+    """Each transcendental alone (TVM's lowering against the fast version): ns per element on one core of
+    `target`'s CPU, untuned loops, and the fast version's worst error against a float64 reference."""
+    import tvm
+    from tvm import te
+
+    one_core = tvm.target.Target({**target.export(), "num-cores": 1})
+    device = measure.device_for(one_core)
+    rows = {}
+    for name, (exact, fast, ref, kind, grid) in _functions().items():
+        truth = ref(grid.astype(np.float64))
+        row: dict = {"elements": int(grid.size), "error_kind": kind}
+        for key, fn in (("exact", exact), ("fast", fast)):
+            x = te.placeholder(grid.shape, "float32", name="x")
+            lib = tvm.compile(tvm.IRModule({"main": te.create_prim_func([x, fn(x)])}), target=one_core).jit()
+            a, b = tvm.runtime.tensor(grid, device), tvm.runtime.tensor(np.zeros_like(grid), device)
+            seconds = lib.time_evaluator("main", device, number=3, repeat=repeat)(a, b).median
+            err = np.abs(b.numpy().astype(np.float64) - truth)
+            err = err / np.maximum(np.abs(truth), 1e-30) if kind == "relative" else err
+            row[key] = {"ns_per_element": seconds / grid.size * 1e9, "max_error": float(err.max())}
+        rows[name] = row
+        print(f"| {name} | {row['exact']['ns_per_element']:.2f} ns | {row['fast']['ns_per_element']:.2f} ns | "
+              f"{row['exact']['ns_per_element'] / row['fast']['ns_per_element']:.1f}x | "
+              f"{row['exact']['max_error']:.2g} / {row['fast']['max_error']:.2g} {kind} |", flush=True)
+    return rows
 
 
 def measure_model(name: str, size: str, target, database_dir: Path, trials: int, seed: int, repeat: int,
@@ -64,7 +114,10 @@ def measure_model(name: str, size: str, target, database_dir: Path, trials: int,
             raise SystemExit(f"{name}: the {key} build's output {check.worst_output} differs from the source "
                              f"model's by {check.max_abs_err:.3g}")
         runners[key] = runner
-    timings = measure.time_interleaved(runners, model.inputs, repeat=repeat)
+    samples: dict[str, list[float]] = {}
+    timings = measure.time_interleaved(runners, model.inputs, repeat=repeat, samples_out=samples)
+    row["repeat"] = repeat
+    row["speedup_ci95"] = ratio_ci(samples["exact"], samples["fast"])
     row["ms"] = {k: t.median_ms for k, t in timings.items()}
     row["timing"] = {k: t.as_dict() for k, t in timings.items()}
     row["speedup"] = row["ms"]["exact"] / row["ms"]["fast"]
@@ -75,14 +128,28 @@ def measure_model(name: str, size: str, target, database_dir: Path, trials: int,
     return row
 
 
+def ratio_ci(slow: list[float], fast: list[float], level: float = 0.95, draws: int = 2000,
+             seed: int = 0) -> list[float]:
+    """Bootstrap interval of median(slow) / median(fast), resampling the timing rounds as pairs (both builds ran
+    in each round, so load that lands on a round lands on both)."""
+    a, b = np.asarray(slow), np.asarray(fast)
+    picks = np.random.default_rng(seed).integers(0, len(a), size=(draws, len(a)))
+    ratios = np.median(a[picks], axis=1) / np.median(b[picks], axis=1)
+    return [float(np.quantile(ratios, (1 - level) / 2)), float(np.quantile(ratios, (1 + level) / 2))]
+
+
 def print_table(rows: dict, settings: dict) -> None:
     print(f"\nfast math on {settings['target']} ({settings['size']} size, {settings['tune_trials']} trials per kernel, "
-          f"medians of {settings['repeat']} interleaved rounds)")
-    print("| model | exact build (ms) | fast math (ms) | speedup | max abs err exact / fast | PyTorch eager (ms) |")
-    print("|---|---|---|---|---|---|")
+          "medians of each row's interleaved rounds)")
+    print("| model | rounds | exact build (ms) | fast math (ms) | speedup [95% CI] | IQR exact / fast (ms) | "
+          "max abs err exact / fast | PyTorch eager (ms) |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, r in rows.items():
         torch_ms = f"{r['torch_ms']:.2f}" if r.get("torch_ms") else "-"
-        print(f"| {name} | {r['ms']['exact']:.2f} | {r['ms']['fast']:.2f} | {r['speedup']:.3f}x | "
+        iqr = " / ".join(f"{r['timing'][k]['iqr_ms']:.2f}" for k in ("exact", "fast"))
+        ci = "[{:.2f}, {:.2f}]".format(*r["speedup_ci95"]) if r.get("speedup_ci95") else "(no CI)"
+        print(f"| {name} | {r.get('repeat', settings['repeat'])} | {r['ms']['exact']:.2f} | {r['ms']['fast']:.2f} | "
+              f"{r['speedup']:.3f}x {ci} | {iqr} | "
               f"{r['max_abs_err']['exact']:.2g} / {r['max_abs_err']['fast']:.2g} | {torch_ms} |")
 
 
@@ -109,6 +176,16 @@ def main(argv: list[str] | None = None, prog: str = "benchmarks/fast_math.py") -
     args = _parser(prog).parse_args(argv)
     target = measure.parse_target(args.target)
     kind = target.kind.name
+    if args.functions:
+        print(f"each function alone, one core of {target}, untuned loops, medians of {args.repeat}")
+        print("| function | TVM's lowering | fast | speedup | worst error, exact / fast |\n|---|---|---|---|---|")
+        rows = time_functions(target, args.repeat)
+        out = Path(args.out or f"logs/fast_math_functions_{kind}.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"target": str(target), "repeat": args.repeat, "date":
+                                   datetime.now(timezone.utc).isoformat(), "functions": rows}, indent=1))
+        print(f"wrote {out}")
+        return rows
     out = Path(args.out or f"logs/fast_math_{kind}.json")
     database = Path(args.database or f"logs/tuning/fast_math_{kind}")
     settings = {"target": str(target), "target_kind": kind, "size": args.size, "tune_trials": args.tune_trials,

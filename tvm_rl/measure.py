@@ -227,12 +227,13 @@ def summarize(samples_ms: Sequence[float]) -> Timing:
 
 
 def time_interleaved(runners: dict[str, "Runner"], inputs: Sequence[np.ndarray], repeat: int = 10,
-                     warmup: int = 2) -> dict[str, Timing]:
+                     warmup: int = 2, samples_out: dict[str, list[float]] | None = None) -> dict[str, Timing]:
     """Time several builds of one model in rounds: each round runs every build once, in turn.
 
     Timed one after another, a burst of load from another process lands on one build and passes for a
     difference between builds (two builds of the same graph can differ by several percent that way on a busy
-    machine). In rounds, every build sees the same load, so their ratios hold."""
+    machine). In rounds, every build sees the same load, so their ratios hold. `samples_out`, when given, receives
+    each build's samples in round order (for paired statistics across builds)."""
     args = {k: r.device_tensors(inputs) for k, r in runners.items()}
     for key, runner in runners.items():
         for _ in range(warmup):
@@ -243,6 +244,8 @@ def time_interleaved(runners: dict[str, "Runner"], inputs: Sequence[np.ndarray],
     for _ in range(repeat):
         for key, evaluator in evaluators.items():
             samples[key].append(evaluator(*args[key]).results[0] * 1e3)
+    if samples_out is not None:
+        samples_out.update(samples)
     return {k: summarize(v) for k, v in samples.items()}
 
 
