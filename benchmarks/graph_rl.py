@@ -76,7 +76,8 @@ def settings_of(target, args) -> ablation.Settings:
     """The arms' settings from the shared arguments; --time-budget 0 bounds the pass by steps alone."""
     budget = args.time_budget if args.time_budget is not None and args.time_budget > 0 else None
     return ablation.Settings(target, args.episodes, args.steps, budget, args.cap or None, args.shortlist,
-                             not args.no_all_matches, args.alpha, args.greedy_steps, args.policy)
+                             not args.no_all_matches, args.alpha, args.greedy_steps, args.policy,
+                             getattr(args, "fast_math", False))
 
 
 def summaries(runs: dict[str, list[dict]], key: str = "speedup") -> dict[str, dict]:

@@ -121,7 +121,7 @@ class _Round:
 
 
 def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning_dir: Path, policy, steps: int, seconds: float,
-             seed: int) -> tuple[tvm.IRModule, object]:
+             seed: int, fast_math: bool) -> tuple[tvm.IRModule, object]:
     """The graph pass on `mod`, priced by the roofline fitted to `tuning_dir`'s tuned kernels (nominal when there
     are none); (rewritten module, the pass's report)."""
     from .graph.calibration import proxy_roofline
@@ -130,7 +130,7 @@ def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning_dir: Path, pol
 
     # Kernels tuned by an earlier run or round in this work dir price the graph better than the nominal roofline.
     rl = RLRewritePass(target, policy, max_steps=steps, time_budget_s=seconds, confirm=False, seed=seed,
-                       cost=roofline_cost(proxy_roofline(target, tuning_dir)))
+                       cost=roofline_cost(proxy_roofline(target, tuning_dir)), fast_math=fast_math)
     out = rl(mod)
     return out, rl.last_report
 
@@ -187,7 +187,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
         mod, rl_report = m.mod, None
         if rewrite:
             t = time.perf_counter()
-            mod, rl_report = _rewrite(m.mod, target, tuning_dir, policy, rewrite_steps, rewrite_seconds, seed)
+            mod, rl_report = _rewrite(m.mod, target, tuning_dir, policy, rewrite_steps, rewrite_seconds, seed,
+                                      report.fast_math)
             seconds["graph pass" + (f" {r + 1}" if r else "")] = time.perf_counter() - t
         if report.fast_math:
             mod = lower_fast_math(mod)

@@ -1,8 +1,9 @@
 """reshape_past_elementwise: f(reshape(x, s)) -> reshape(f(x), s), so f joins the kernel that computes x.
 
 Exact at every match (also on random shapes), not offered where a precondition fails (each has a graph here that
-the rule would otherwise take, wrongly or with a crash) nor for transcendental activations, and on a ConvNeXt-style
-MLP it lets TVM fuse the layer scale (and a relu) into the matmuls, as the fusion model predicts."""
+the rule would otherwise take, wrongly or with a crash) nor for transcendental activations unless the build uses
+fast math, and on a ConvNeXt-style MLP it lets TVM fuse the layer scale (and a relu) into the matmuls, as the
+fusion model predicts."""
 from collections import Counter
 
 import numpy as np
@@ -21,9 +22,9 @@ R = relax.op
 RULE = "reshape_past_elementwise"
 
 
-def exact_matches(mod):
+def exact_matches(mod, rule=None):
     """The rule's matches on `mod`, after checking that each rewrite, and all of them at once, is exact."""
-    rule = get_rule(RULE)
+    rule = rule or get_rule(RULE)
     found = rule.matches(mod)
     if found:
         variants = {str(m): rule.apply(mod, m) for m in found}
@@ -55,6 +56,30 @@ def test_a_piecewise_linear_activation_moves_above_any_reshape(op):
 def test_a_transcendental_activation_is_left_where_it_is(op):
     """Measured slower inside a matmul's epilogue than in a kernel of its own (the rule's docstring)."""
     assert exact_matches(after_reshape(op, (2, 3, 4), (6, 4))) == []
+
+
+@pytest.mark.parametrize("op", [R.nn.gelu, R.nn.gelu_tanh, R.nn.silu, R.sigmoid, R.tanh], ids=lambda f: f.__name__)
+def test_with_fast_math_a_transcendental_activation_moves_too(op):
+    """Built with fast math the GELU epilogue measured free (the rule's comment), so the pass offers it then."""
+    from tvm_rl.graph.rules import all_rules
+
+    fast = get_rule(RULE).for_fast_math()
+    assert len(exact_matches(after_reshape(op, (2, 3, 4), (6, 4)), fast)) == 1
+    assert [type(r) for r in all_rules(fast_math=True)] == [type(r) for r in all_rules()]
+    offered = {r.name: r for r in all_rules(fast_math=True)}[RULE]
+    assert len(offered.matches(after_reshape(op, (2, 3, 4), (6, 4)))) == 1
+    # softplus has no fast form (FastMath leaves it exact), so it stays where it is
+    assert exact_matches(after_reshape(R.nn.softplus, (2, 3, 4), (6, 4)), fast) == []
+
+
+def test_the_pass_offers_the_fast_math_form_only_when_told():
+    from tvm_rl.graph.rewrite_pass import RLRewritePass
+
+    def offered(**kw):
+        rule = next(r for r in RLRewritePass("llvm", confirm=False, **kw).search_rules if r.name == RULE)
+        return len(rule.matches(after_reshape(R.nn.gelu, (2, 3, 4), (6, 4))))
+
+    assert offered() == 0 and offered(fast_math=True) == 1
 
 
 @pytest.mark.parametrize("c_shape", [(4,), (1, 4), (3, 4), (1, 1, 4), (), (1,)])

@@ -22,6 +22,7 @@ import tvm
 from . import arms, defaults, search
 from .agent import GraphActorCritic
 from .cost import CostFn
+from .rules import all_rules
 
 BASELINES = ("greedy", "greedy-never-stop", "backtracking-100", "backtracking-1000")
 ALL = arms.ARMS + BASELINES
@@ -61,6 +62,7 @@ class Settings:
     alpha: float = 1.05
     greedy_steps: int = 500
     policy: GraphActorCritic | str | Path | None = None
+    fast_math: bool = False  # the graphs are built with `tvm_rl.fast_math`: rules offer what pays only then
 
     def as_dict(self) -> dict:
         policy = self.policy
@@ -69,7 +71,8 @@ class Settings:
         return {"target": str(self.target), "episodes": self.episodes, "max_steps": self.max_steps,
                 "time_budget_s": self.time_budget_s, "cap": self.cap, "shortlist": self.shortlist,
                 "all_matches": self.all_matches, "alpha": self.alpha, "greedy_steps": self.greedy_steps,
-                "policy": str(name) if name is not None else "shipped"}
+                "policy": str(name) if name is not None else "shipped",
+                **({"fast_math": True} if self.fast_math else {})}
 
 
 @dataclass
@@ -101,25 +104,26 @@ def run(mod: tvm.IRModule, arm: str, cost_fn: Callable[[], CostFn], settings: Se
     from .rewrite_pass import RLRewritePass
 
     arm, fn, s = check_arm(arm), cost_fn(), settings
+    rules = all_rules(s.fast_math)
     if arm in arms.ARMS:
         policy: arms.Arm | str = arms.learned(arm, s.policy) if arm in arms.LEARNED and s.policy is not None else arm
         rewrite = RLRewritePass(s.target, policy, max_steps=s.max_steps, time_budget_s=s.time_budget_s,
                                 episodes=s.episodes, confirm=False, cost=fn, cap=s.cap, shortlist=s.shortlist,
-                                seed=seed, all_matches=s.all_matches)
+                                seed=seed, all_matches=s.all_matches, rules=rules)
         out = rewrite(mod)  # type: ignore[operator]  # module_pass makes the class a callable Pass; mypy cannot see it
         r = rewrite.last_report
         assert r is not None
         return Run(arm, seed, out, r.initial_cost, r.cost, r.seconds, r.steps, list(r.applied), r.best_episode)
     start = time.perf_counter()
     if arm == "greedy":
-        res = search.greedy(mod, fn, cap=s.cap, max_steps=s.greedy_steps)
+        res = search.greedy(mod, fn, rules, cap=s.cap, max_steps=s.greedy_steps)
     elif arm == "greedy-never-stop":
-        res = search.greedy_never_stop(mod, fn, cap=s.cap, max_steps=s.max_steps, shortlist=s.shortlist,
+        res = search.greedy_never_stop(mod, fn, rules, cap=s.cap, max_steps=s.max_steps, shortlist=s.shortlist,
                                        all_matches=s.all_matches)
     else:
         budget = search.backtracking_budget(arm)
         assert budget is not None  # check_arm let only "backtracking-N" through to here
-        res = search.backtracking(mod, fn, alpha=s.alpha, budget=budget, cap=s.cap)
+        res = search.backtracking(mod, fn, alpha=s.alpha, budget=budget, rules=rules, cap=s.cap)
     return Run(arm, None, res.mod, res.initial_cost, res.cost, time.perf_counter() - start, res.expansions,
                list(res.applied))
 

@@ -143,6 +143,9 @@ class RLRewritePass:
     nominal roofline), whatever `cost` and `database` price candidates with. FeatureMismatchError when
     `features` differ from the policy's or the policy was trained for another target kind (CPU/GPU), unless
     `allow_feature_mismatch`. Arms without a network read no features.
+    fast_math: the result will be built with `tvm_rl.fast_math.FastMath()` (as `tvm_rl.optimize` does on CPU), so
+    the rules also offer rewrites that pay only then (`Rule.for_fast_math`: a GELU moved into a matmul's
+    epilogue). Ignored when `rules` are given.
     """
 
     def __init__(self, target: tvm.target.Target | str = "llvm",
@@ -153,7 +156,8 @@ class RLRewritePass:
                  rules: Sequence[Rule] | None = None, cap: int | None = defaults.CAP,
                  shortlist: int | None = defaults.SHORTLIST,
                  seed: int = 0, measure_pair: costs.PairMeasure | None = None, all_matches: bool = True,
-                 features: FeatureSpec | roofline.Roofline | None = None, allow_feature_mismatch: bool = False):
+                 features: FeatureSpec | roofline.Roofline | None = None, allow_feature_mismatch: bool = False,
+                 fast_math: bool = False):
         if max_steps < 0 or episodes < 1:
             raise ValueError(f"need max_steps >= 0 and episodes >= 1, got {max_steps} and {episodes}")
         self.target = measure.parse_target(target)
@@ -172,7 +176,7 @@ class RLRewritePass:
         self.cost = cost or costs.roofline_cost(proxy_roofline(self.target, database))
         self.max_steps, self.time_budget_s, self.episodes = max_steps, time_budget_s, episodes
         self.confirm = confirm
-        self.search_rules = all_rules() if rules is None else list(rules)
+        self.search_rules = all_rules(fast_math) if rules is None else list(rules)
         self.rules = with_all_matches(self.search_rules) if all_matches else self.search_rules
         self.cap, self.shortlist, self.seed = cap, shortlist, seed
         self.measure_pair = measure_pair or costs.pair_measure(self.target, database=database, repeat=repeat)

@@ -33,6 +33,11 @@ class Rule:
 
     name: str = ""
 
+    def for_fast_math(self) -> Rule:
+        """This family as offered when the build computes transcendentals with `tvm_rl.fast_math` (a rewrite can
+        pay only then); by default the family itself."""
+        return self
+
     @property
     def description(self) -> str:
         """The first paragraph of the family's docstring: what it rewrites into what."""
@@ -191,9 +196,11 @@ def rule_names() -> list[str]:
     return list(ACTION_ORDER)
 
 
-def all_rules() -> list[Rule]:
-    """One instance of every registered rule family, in `ACTION_ORDER`."""
-    return [_REGISTRY[name]() for name in rule_names()]
+def all_rules(fast_math: bool = False) -> list[Rule]:
+    """One instance of every registered rule family, in `ACTION_ORDER`; with `fast_math` (the build computes
+    transcendentals with `tvm_rl.fast_math`) each as `Rule.for_fast_math` gives it."""
+    rules = [_REGISTRY[name]() for name in rule_names()]
+    return [r.for_fast_math() for r in rules] if fast_math else rules
 
 
 def get_rule(name: str) -> Rule:

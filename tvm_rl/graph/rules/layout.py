@@ -176,6 +176,10 @@ def _trailing_constant(c: np.ndarray | None, before: tuple[int, ...] | None, aft
 # its epilogue ran about twice as slow as the matmul and a separate GELU kernel together (27.6 ms against 5.6 + 6.9
 # ms), though the proxy priced the fusion as a saving.
 _PIECEWISE_LINEAR = ("relax.nn.relu", "relax.clip", "relax.nn.leakyrelu")
+# Built with fast math (`tvm_rl.fast_math`, what `tvm_rl.optimize` does on CPU) a transcendental costs about what a
+# multiply-add does, and a GELU in a matmul's epilogue measured free: ConvNeXt's graph with its GELUs moved measured
+# 1.13x over the original, both built with fast math (docs/results/fast_math.md). So with fast math these move too.
+_TRANSCENDENTAL = ("relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.sigmoid", "relax.tanh")
 
 
 @register
@@ -186,18 +190,25 @@ class ReshapePastElementwise(Rule):
     (reshape_compose).
 
     Not for GELU and the other transcendental activations, which measured slower inside a matmul's epilogue than in a
-    kernel of their own. The reshape must be read only by f (it must die with the rewrite); the result must be a
-    float tensor of static shape, and with a constant operand x's shape must be static too."""
+    kernel of their own, unless the build uses fast math (`for_fast_math`). The reshape must be read only by f (it
+    must die with the rewrite); the result must be a float tensor of static shape, and with a constant operand x's
+    shape must be static too."""
 
     name = "reshape_past_elementwise"
 
+    def __init__(self, transcendental: bool = False):
+        self.activations = _PIECEWISE_LINEAR + (_TRANSCENDENTAL if transcendental else ())
+
+    def for_fast_math(self) -> Rule:
+        return ReshapePastElementwise(transcendental=True)
+
     def find(self, g: Graph) -> list[Match]:
         out = []
-        for name, call in g.calls(*_PIECEWISE_LINEAR, *ARITHMETIC):
+        for name, call in g.calls(*self.activations, *ARITHMETIC):
             result = float_tensor(g.vars[name])
             if result is None:
                 continue
-            for side in (0,) if call.op.name in _PIECEWISE_LINEAR else (0, 1):
+            for side in (0,) if call.op.name in self.activations else (0, 1):
                 u = call.args[side]
                 shaped = g.call(u, "relax.reshape")
                 if shaped is None or g.single_use(u.name) != name:
