@@ -70,7 +70,8 @@ class Optimized:
     database: tvm.s_tir.meta_schedule.Database | None  # None when the untuned build was kept
     inputs: list[np.ndarray]
     report: OptimizeReport
-    rewritten: tvm.IRModule | None = None  # the graph pass's output, also when the default build was kept
+    # the graph pass's output (with fast math applied when the report says so), also when the default build was kept
+    rewritten: tvm.IRModule | None = None
 
     def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
         runner = measure.Runner(self.executable, self.target)
