@@ -178,7 +178,8 @@ def _trailing_constant(c: np.ndarray | None, before: tuple[int, ...] | None, aft
 _PIECEWISE_LINEAR = ("relax.nn.relu", "relax.clip", "relax.nn.leakyrelu")
 # Built with fast math (`tvm_rl.fast_math`, what `tvm_rl.optimize` does on CPU) a transcendental costs about what a
 # multiply-add does, and a GELU in a matmul's epilogue measured free: ConvNeXt's graph with its GELUs moved measured
-# 1.13x over the original, both built with fast math (docs/results/fast_math.md). So with fast math these move too.
+# 1.21x over the original, both built with fast math (docs/results/graph_ablation.md). So with fast math these
+# move too.
 _TRANSCENDENTAL = ("relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.sigmoid", "relax.tanh")
 
 
