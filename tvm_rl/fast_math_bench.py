@@ -31,7 +31,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--models", nargs="+", default=MODELS[:4], help=f"zoo or held-out models (default: {MODELS[:4]})")
     ap.add_argument("--size", default="full", choices=models.SIZES)
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, or a target JSON")
-    ap.add_argument("--tune-trials", type=int, default=16, help="trials per kernel for both builds")
+    ap.add_argument("--tune-trials", type=int, default=16, help="trials per kernel for both builds (0: untuned)")
     ap.add_argument("--seed", type=int, default=0, help="tuning seed")
     ap.add_argument("--repeat", type=int, default=30, help="interleaved timing rounds (medians reported; each row "
                     "records its own)")
@@ -44,16 +44,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     return ap
 
 
-def _functions() -> dict:
-    """name -> (TVM's lowering, the fast version, float64 reference, error kind, grid)."""
+def _functions(points: int) -> dict:
+    """name -> (TVM's lowering, the fast version, float64 reference, error kind, grid of `points`)."""
     import math
 
     from tvm import topi
 
-    wide = np.linspace(-100.0, 100.0, 2_000_001, dtype=np.float32)
+    wide = np.linspace(-100.0, 100.0, points, dtype=np.float32)
     return {
-        "erf": (topi.erf, topi.fast_erf, np.vectorize(math.erf), "absolute", np.linspace(-10, 10, 2_000_001,
-                                                                                         dtype=np.float32)),
+        "erf": (topi.erf, topi.fast_erf, np.vectorize(math.erf), "absolute",
+                np.linspace(-10, 10, points, dtype=np.float32)),
         "tanh": (topi.tanh, topi.fast_tanh, np.tanh, "relative", wide),
         "exp": (topi.exp, topi.fast_exp, np.exp, "relative", wide[np.abs(wide) <= 80]),
         "sigmoid": (topi.sigmoid, lambda x: 1.0 / (1.0 + topi.fast_exp(-x)), lambda v: 1 / (1 + np.exp(-v)),
@@ -61,16 +61,19 @@ def _functions() -> dict:
     }
 
 
-def time_functions(target, repeat: int) -> dict:
+def time_functions(target, repeat: int, points: int = 2_000_001) -> dict:
     """Each transcendental alone (TVM's lowering against the fast version): ns per element on one core of
     `target`'s CPU, untuned loops, and the fast version's worst error against a float64 reference."""
     import tvm
     from tvm import te
 
+    if measure.is_gpu(target):
+        raise SystemExit("--functions times the CPU's math-library calls against the fast versions: use an llvm "
+                         "--target")
     one_core = tvm.target.Target({**target.export(), "num-cores": 1})
     device = measure.device_for(one_core)
     rows = {}
-    for name, (exact, fast, ref, kind, grid) in _functions().items():
+    for name, (exact, fast, ref, kind, grid) in _functions(points).items():
         truth = ref(grid.astype(np.float64))
         row: dict = {"elements": int(grid.size), "error_kind": kind}
         for key, fn in (("exact", exact), ("fast", fast)):
@@ -101,12 +104,14 @@ def measure_model(name: str, size: str, target, database_dir: Path, trials: int,
     row: dict = {"transcendentals": uses_transcendentals(model.mod), "tuning": {}, "max_abs_err": {}}
     runners = {}
     for key, mod in variants.items():
-        print(f"[{name}] {key}: tuning {trials} trials per kernel into {database_dir}", flush=True)
-        database, report = tune_model(mod, target, database_dir, trials_per_kernel=trials,
-                                      trials_per_iter=min(8, trials), seed=seed,
-                                      cost_model=from_spec(None, seed, target.kind.name))
-        row["tuning"][key] = {"kernels": report.tasks, "tuned_now": len(report.tuned), "trials": report.trials,
-                              "seconds": round(report.seconds, 1)}
+        database = None  # --tune-trials 0: TVM's default schedules (naive loops on CPU, dlight's on GPU)
+        if trials:
+            print(f"[{name}] {key}: tuning {trials} trials per kernel into {database_dir}", flush=True)
+            database, report = tune_model(mod, target, database_dir, trials_per_kernel=trials,
+                                          trials_per_iter=min(8, trials), seed=seed,
+                                          cost_model=from_spec(None, seed, target.kind.name))
+            row["tuning"][key] = {"kernels": report.tasks, "tuned_now": len(report.tuned), "trials": report.trials,
+                                  "seconds": round(report.seconds, 1)}
         runner = measure.Runner(measure.build(mod, target, database), target)
         check = measure.compare(runner(model.inputs), reference, rtol=1e-3, atol=1e-3 * scale)
         row["max_abs_err"][key] = check.max_abs_err
