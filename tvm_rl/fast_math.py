@@ -27,6 +27,10 @@ ERROR_BOUNDS = {"erf": 5e-7, "exp": 5e-7, "tanh": 5e-7, "sigmoid": 5e-7}
 
 # The activations this pass writes out in erf / tanh / exp form; TVM's pass handles those three and softmax.
 DECOMPOSED = ("relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.sigmoid")
+# The activations that come out built fast: the decomposed ones and tanh (softplus, for one, stays exact).
+FAST_ACTIVATIONS = (*DECOMPOSED, "relax.tanh")
+# Every op whose build this pass changes.
+_CHANGED = frozenset((*FAST_ACTIVATIONS, "relax.erf", "relax.exp", "relax.nn.softmax"))
 
 
 def _f32(value: float) -> relax.Constant:
@@ -92,11 +96,10 @@ def default_for(target: tvm.target.Target | str) -> bool:
 
 def uses_transcendentals(mod: IRModule) -> bool:
     """Whether any Relax function of `mod` calls an op `FastMath` would change."""
-    names = set(DECOMPOSED) | {"relax.erf", "relax.exp", "relax.tanh", "relax.nn.softmax"}
     found = []
 
     def visit(expr) -> None:
-        if isinstance(expr, Call) and getattr(expr.op, "name", None) in names:
+        if isinstance(expr, Call) and getattr(expr.op, "name", None) in _CHANGED:
             found.append(expr)
 
     for func in mod.functions.values():
@@ -105,5 +108,5 @@ def uses_transcendentals(mod: IRModule) -> bool:
     return bool(found)
 
 
-__all__ = ["DECOMPOSED", "ERROR_BOUNDS", "DecomposeTranscendentals", "FastMath", "default_for", "fast_math",
-           "uses_transcendentals"]
+__all__ = ["DECOMPOSED", "ERROR_BOUNDS", "FAST_ACTIVATIONS", "DecomposeTranscendentals", "FastMath", "default_for",
+           "fast_math", "uses_transcendentals"]

@@ -193,11 +193,11 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
             seconds["graph pass" + (f" {r + 1}" if r else "")] = time.perf_counter() - t
         if report.fast_math:
             mod = lower_fast_math(mod)
-        if rewrite:
-            same = next((i for i, c in enumerate(rounds) if tvm_ffi.structural_equal(c.mod, mod)), None)
-            if same is not None:  # the refitted proxy chose the same graph: nothing new to tune or time
-                repeated.append({"round": r + 1, "same_graph_as_round": same + 1})
-                break
+        # (without rewriting there is one round, and nothing to compare with)
+        same = next((i for i, c in enumerate(rounds) if tvm_ffi.structural_equal(c.mod, mod)), None)
+        if same is not None:  # the refitted proxy chose the same graph: nothing new to tune or time
+            repeated.append({"round": r + 1, "same_graph_as_round": same + 1})
+            break
         t = time.perf_counter()
         database, tuned = tune_model(mod, target, tuning_dir, trials_per_kernel=trials_per_kernel,
                                      trials_per_iter=min(8, trials_per_kernel), strategy=strategy, seed=seed,

@@ -9,6 +9,7 @@ import tvm
 from tvm import relax
 from tvm.ir import GenericConst
 
+from ...fast_math import FAST_ACTIVATIONS
 from .. import keepalive
 from .base import Match, Rule, register
 from .concat import ARITHMETIC
@@ -179,8 +180,8 @@ _PIECEWISE_LINEAR = ("relax.nn.relu", "relax.clip", "relax.nn.leakyrelu")
 # Built with fast math (`tvm_rl.fast_math`, what `tvm_rl.optimize` does on CPU) a transcendental costs about what a
 # multiply-add does, and a GELU in a matmul's epilogue measured free: ConvNeXt's graph with its GELUs moved measured
 # 1.21x over the original, both built with fast math (docs/results/graph_ablation.md). So with fast math these
-# move too.
-_TRANSCENDENTAL = ("relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu", "relax.sigmoid", "relax.tanh")
+# move too: the activations fast math builds fast.
+_TRANSCENDENTAL = FAST_ACTIVATIONS
 
 
 @register
