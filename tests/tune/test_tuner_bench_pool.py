@@ -6,7 +6,7 @@ import pytest
 
 from tvm_rl.tune import bench_pool as P
 from tvm_rl.tune import bench_stats as S
-from tvm_rl.tune.benchmark import Arm, main, planned_runs
+from tvm_rl.tune.benchmark import Arm, main, planned_runs, until_deadline
 
 MEASURING = {"repeat": 7, "number": 1, "min_repeat_ms": 0, "cache_flush": True, "timeout_sec": 30.0}
 
@@ -125,3 +125,13 @@ def test_a_block_can_take_seeds_no_other_block_ran_and_resumes_seed_by_seed():
                     (10, "t", "evolutionary"), (10, "t", "ppo"), (10, "u", "evolutionary"), (10, "u", "ppo")]
     with pytest.raises(SystemExit, match="--first-seed -1 must be 0 or more"):
         main(["--first-seed", "-1", "--out", "unused.json"])
+
+
+def test_stop_after_starts_no_run_past_the_deadline_and_finishes_the_one_begun(capsys):
+    ticks = iter([0.0, 0.0, 40.0, 99.0, 100.0, 150.0])  # start, then one reading before each run
+    started = []
+    for run in until_deadline(["a", "b", "c", "d", "e"], 100.0, clock=lambda: next(ticks)):
+        started.append(run)
+    assert started == ["a", "b", "c"]  # "c" began at 99 s and is not cut; "d" would begin at 100 s
+    assert "2 of 5 runs left" in capsys.readouterr().out
+    assert list(until_deadline(["a", "b"], None)) == ["a", "b"]

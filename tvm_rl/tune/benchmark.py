@@ -17,10 +17,10 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tvm.s_tir import meta_schedule as ms
 
@@ -33,6 +33,8 @@ from .bench_report import format_cost, format_pairs, format_peek, format_table, 
 from .bench_stats import TARGET_SLACK, ablation_pairs, reach_fractions, summarise, task_targets
 from .intrin import preload_tensor_intrinsics
 from .tophub import TophubTask, load_tasks, tophub_dir
+
+T = TypeVar("T")
 
 FORMAT, VERSION = "tvm-rl tuner benchmark", 2
 # Two conv2d, two depthwise and one tall-skinny batch_matmul from TVM's TopHub CUDA log (none is in the LLVM log
@@ -203,6 +205,9 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--load-wait", type=float, default=None,
                    help="seconds to wait for it at most, per run (default 600; 0 with --quick: a check only records "
                         "the load)")
+    p.add_argument("--stop-after", type=float, default=None, metavar="SECONDS",
+                   help="start no new run after this many seconds (then re-time and report; the same command "
+                        "resumes the rest): for a GPU lease or a session with an end")
     p.add_argument("--report", action="store_true", help="no new runs: re-time what needs it, print the tables")
     p.add_argument("--peek", action="store_true",
                    help="only print a provisional table of the --out JSON as it stands, from tuning-time latencies "
@@ -222,6 +227,18 @@ def planned_runs(seeds: Iterable[int], tasks: list[str], arms: list[Arm], finish
     """The (seed, task, arm) runs still to make, seed by seed (so a stopped sitting leaves whole seeds behind it)."""
     done = {(r["task"], r["arm"], r["seed"]) for r in finished}
     return [(seed, task, arm) for seed in seeds for task in tasks for arm in arms if (task, arm.name, seed) not in done]
+
+
+def until_deadline(todo: list[T], seconds: float | None, clock: Callable[[], float] = time.monotonic) -> Iterator[T]:
+    """The items of `todo` while fewer than `seconds` have passed since the first was asked for (all when None).
+    Checked before each item: a run already begun is finished, so a stop loses no measured work."""
+    start = clock()
+    for i, item in enumerate(todo):
+        if seconds is not None and clock() - start >= seconds:
+            print(f"--stop-after {seconds:g}: {len(todo) - i} of {len(todo)} runs left for the same command to "
+                  "resume; re-timing the finished ones", flush=True)
+            return
+        yield item
 
 
 def _load_state(out: Path, settings: dict[str, Any], update: bool = True) -> dict[str, Any]:
@@ -268,7 +285,7 @@ def _tune_and_retime(args: argparse.Namespace, todo: list[tuple[int, str, Arm]],
     """Every run in `todo`, then re-timing of every task with an unre-timed run; `save()` after each."""
     cost = state["cost"]
     runner = builder = None
-    for i, (seed, task, arm) in enumerate(todo):
+    for i, (seed, task, arm) in enumerate(until_deadline(todo, args.stop_after)):
         if runner is None:
             from .tasks import shared_builder
 
