@@ -46,12 +46,13 @@ if [ "${PIPESTATUS[0]}" = 124 ]; then
     "${bench[@]}" --report 2>&1 | tee -a "$out/run.log"
 fi
 
-if [ "${CORPUS_SECONDS:-150}" != 0 ]; then
+corpus_seconds=${CORPUS_SECONDS:-150}
+if [ "$corpus_seconds" != 0 ]; then
     corpus=${CORPUS_DIR:-$out/corpus_cuda}
-    timeout "${CORPUS_SECONDS:-150}" python3 -m tvm_rl.cli corpus build --target cuda --tophub --max-tasks 2 \
+    timeout "$corpus_seconds" python3 -m tvm_rl.cli corpus build --target cuda --tophub --max-tasks 2 \
         --models squeezenet1_1 --size tiny --limit 3 --trials 16 --per-iter 8 --out "$corpus" \
         ${tophub:+--tophub-dir "$tophub"} 2>&1 | tee -a "$out/run.log"
-    echo "corpus build: exit ${PIPESTATUS[0]} (124: stopped at ${CORPUS_SECONDS:-150} s; the same command resumes)" \
+    echo "corpus build: exit ${PIPESTATUS[0]} (124: stopped at $corpus_seconds s; the same command resumes)" \
         | tee -a "$out/run.log"
     timeout 120 python3 -m tvm_rl.cli corpus train --corpus "$corpus" 2>&1 | tee -a "$out/run.log"
 fi
