@@ -10,9 +10,9 @@ greedy-never-stop) run once per seed, all with the same pass settings (shortlist
 steps) and priced by the same proxy, which should be the one the run trained with. `--time-budget 0` (the
 default here) bounds the pass by steps alone, so a curve measured beside another job is not cut short by the
 load; give `--time-budget 10` for the pass's own budget. Prints a table of each snapshot's mean speedup ±
-95% t-interval and its difference from the best arm, and writes logs/graph_curve_<model>_<size>.json
-(resumable: snapshots and arms already there are kept) and a plot beside it: the snapshots' levels, the
-training episodes' own speedups, and each arm's level as a line.
+95% t-interval and its difference from the best arm, then one of the rewrites each made per rule family, and
+writes logs/graph_curve_<model>_<size>.json (resumable: snapshots and arms already there are kept) and a plot
+beside it: the snapshots' levels, the training episodes' own speedups, and each arm's level as a line.
 """
 import argparse
 import csv
@@ -161,6 +161,11 @@ def main(argv=None) -> None:
         s = result["snapshots"][key]
         print(f"| policy, iteration {s['iteration']} | {s['iteration'] * per} | {ablation.cell(s['summary'])} | "
               f"{vs_best(s['summary']):+.1%} |")
+    # What each did: a policy trained under one proxy can keep moves another proxy prices higher.
+    print("\nrewrites per family, mean over the runs\n")
+    print(ablation.rewrites_table({**{a: result["arms"][a] for a in result["arm_summary"]},
+                                   **{f"policy, iteration {s['iteration']}": s["runs"]
+                                      for _, s in sorted(result["snapshots"].items())}}))
     print(f"wrote {out}; plot {plot(result, out.with_suffix('.png'))}")
 
 

@@ -311,6 +311,23 @@ def test_compare_flags_arms_beyond_one_percent_of_the_best_rule():
     assert not ablation.compare({"uniform": {"mean": 1.0}, "trained": {"mean": 1.005}})["any_differ"]
 
 
+def test_rewrite_counts_read_an_every_match_action_as_its_matches():
+    from tvm_rl.graph.rules import AllMatches
+
+    fold = get_rule("fold_batchnorm")
+    mod = T.bn_chain_graph(layers=3)
+    every = AllMatches(fold).matches(mod)
+    one = fold.matches(mod)
+    assert len(every) == 1 and len(one) == 3
+    # The pass's report lists str(match): the every-match action counts its 3 rewrites, a single one counts 1.
+    counts = ablation.rewrite_counts([str(every[0]), str(one[0])])
+    assert counts == {"fold_batchnorm": 4}
+    table = ablation.rewrites_table({"a": [{"applied": [str(every[0])]}, {"applied": [str(one[0])]}],
+                                     "b": [{"applied": []}]})
+    assert table.splitlines()[0] == "| arm or snapshot | fold_batchnorm |"
+    assert table.splitlines()[2:] == ["| a | 2 |", "| b | 0 |"]  # the mean over a label's runs
+
+
 def test_evaluate_runs_seeded_arms_per_seed_and_baselines_once():
     settings = ablation.Settings(max_steps=3, episodes=2, time_budget_s=None)
     seen = []

@@ -49,6 +49,7 @@ def test_the_curve_runs_each_snapshot_in_the_pass_and_resumes(run_dir, tmp_path,
     assert calls == ["cheapest-first", "greedy-never-stop", "trained", "trained"]
     table = capsys.readouterr().out
     assert "| policy, iteration 3 | 6 |" in table and out.with_suffix(".png").exists()
+    assert "| arm or snapshot | " in table.split("rewrites per family")[1]  # what each did, beside how well
     # Run again: everything is in the JSON, nothing runs; other settings are refused, not mixed in.
     calls.clear()
     curve.main(argv)

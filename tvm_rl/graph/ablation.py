@@ -11,7 +11,9 @@ non-learned arm by more than `THRESHOLD`. A rule wins unless the learned arm bea
 from __future__ import annotations
 
 import math
+import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -194,6 +196,33 @@ def cell(summary: dict, digits: int = 3) -> str:
     if summary.get("ci95") is None:
         return f"{summary['mean']:.{digits}f}"
     return f"{summary['mean']:.{digits}f} ± {summary['ci95']:.{digits}f}"
+
+
+def rewrite_counts(applied: Iterable[str]) -> Counter:
+    """Single rewrites per rule family in a run's `applied` list: an every-match action ("family[all]: all N
+    matches", `rules.AllMatches`) counts N for its family, so runs that took the same moves one at a time or all
+    at once read alike."""
+    counts: Counter = Counter()
+    for entry in applied:
+        family, _, what = entry.partition(": ")
+        many = re.fullmatch(r"all (\d+) matches", what)
+        if family.endswith("[all]") and many:
+            counts[family[:-len("[all]")]] += int(many.group(1))
+        else:
+            counts[family] += 1
+    return counts
+
+
+def rewrites_table(runs: dict[str, Sequence[dict]]) -> str:
+    """A Markdown table of each label's mean rewrites per family over its runs (rows with an "applied" list):
+    what each arm or policy actually did, beside how well it did."""
+    means = {label: {f: n / max(len(rows), 1) for f, n in sum((rewrite_counts(r["applied"]) for r in rows),
+                                                              Counter()).items()}
+             for label, rows in runs.items()}
+    families = sorted({f for m in means.values() for f in m}, key=lambda f: -max(m.get(f, 0) for m in means.values()))
+    lines = ["| arm or snapshot | " + " | ".join(families) + " |", "|---|" + "---|" * len(families)]
+    lines += [f"| {label} | " + " | ".join(f"{m.get(f, 0):.3g}" for f in families) + " |" for label, m in means.items()]
+    return "\n".join(lines)
 
 
 def geomean(values: Iterable[float]) -> float:
