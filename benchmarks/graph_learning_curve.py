@@ -161,7 +161,7 @@ def main(argv=None) -> None:
         s = result["snapshots"][key]
         print(f"| policy, iteration {s['iteration']} | {s['iteration'] * per} | {ablation.cell(s['summary'])} | "
               f"{vs_best(s['summary']):+.1%} |")
-    # What each did: a policy trained under one proxy can keep moves another proxy prices higher.
+    # What each did: a policy trained under one proxy can keep moves that another proxy does not pay for.
     print("\nrewrites per family, mean over the runs\n")
     print(ablation.rewrites_table({**{a: result["arms"][a] for a in result["arm_summary"]},
                                    **{f"policy, iteration {s['iteration']}": s["runs"]

@@ -219,7 +219,8 @@ def rewrites_table(runs: dict[str, Sequence[dict]]) -> str:
     means = {label: {f: n / max(len(rows), 1) for f, n in sum((rewrite_counts(r["applied"]) for r in rows),
                                                               Counter()).items()}
              for label, rows in runs.items()}
-    families = sorted({f for m in means.values() for f in m}, key=lambda f: -max(m.get(f, 0) for m in means.values()))
+    families = sorted({f for m in means.values() for f in m},
+                      key=lambda f: (-max(m.get(f, 0) for m in means.values()), f))  # ties by name: one order
     lines = ["| arm or snapshot | " + " | ".join(families) + " |", "|---|" + "---|" * len(families)]
     lines += [f"| {label} | " + " | ".join(f"{m.get(f, 0):.3g}" for f in families) + " |" for label, m in means.items()]
     return "\n".join(lines)
