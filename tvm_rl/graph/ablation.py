@@ -11,7 +11,6 @@ non-learned arm by more than `THRESHOLD`. A rule wins unless the learned arm bea
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ import tvm
 from . import arms, defaults, search
 from .agent import GraphActorCritic
 from .cost import CostFn
-from .rules import all_rules
+from .rules import AllMatches, all_rules
 
 BASELINES = ("greedy", "greedy-never-stop", "backtracking-100", "backtracking-1000")
 ALL = arms.ARMS + BASELINES
@@ -204,12 +203,9 @@ def rewrite_counts(applied: Iterable[str]) -> Counter:
     at once read alike."""
     counts: Counter = Counter()
     for entry in applied:
-        family, _, what = entry.partition(": ")
-        many = re.fullmatch(r"all (\d+) matches", what)
-        if family.endswith("[all]") and many:
-            counts[family[:-len("[all]")]] += int(many.group(1))
-        else:
-            counts[family] += 1
+        every = AllMatches.parse(entry)
+        family, n = every if every is not None else (entry.partition(": ")[0], 1)
+        counts[family] += n
     return counts
 
 

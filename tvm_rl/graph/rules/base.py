@@ -6,6 +6,7 @@ use of the values it removes, attributes) are proven; anything it cannot prove i
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Sequence, TypeVar
 
@@ -119,9 +120,19 @@ class AllMatches(Rule):
     applied. Offered only where the family has at least two matches (one is the family's own action). Its
     match's `params` are the member matches, so a caller can estimate its effect from theirs."""
 
+    SUFFIX = "[all]"
+
     def __init__(self, rule: Rule):
         self.rule = rule
-        self.name = f"{rule.name}[all]"
+        self.name = f"{rule.name}{self.SUFFIX}"
+
+    @classmethod
+    def parse(cls, applied: str) -> tuple[str, int] | None:
+        """(family, number of matches) of an every-match action as `str(match)` writes it (a pass report's
+        `applied` entry), else None."""
+        name, _, what = applied.partition(": ")
+        many = re.fullmatch(r"all (\d+) matches", what)
+        return (name[:-len(cls.SUFFIX)], int(many.group(1))) if name.endswith(cls.SUFFIX) and many else None
 
     @property
     def description(self) -> str:
