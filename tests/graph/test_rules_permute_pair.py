@@ -71,8 +71,8 @@ def test_residual_convolutions_in_channels_last_cancel_their_transposes():
     rng = np.random.default_rng(0)
 
     def body(e, x):
-        s = e(R.add(e(T._conv(x, T.rand(rng, 4, 3, 3, 3), 1, 1)), e(T._conv(x, T.rand(rng, 4, 3, 1, 1)))))
-        return e(T._conv(e(R.nn.relu(s)), T.rand(rng, 5, 4, 3, 3), 1, 1))
+        s = e(R.add(e(T.conv2d(x, T.rand(rng, 4, 3, 3, 3), 1, 1)), e(T.conv2d(x, T.rand(rng, 4, 3, 1, 1)))))
+        return e(T.conv2d(e(R.nn.relu(s)), T.rand(rng, 5, 4, 3, 3), 1, 1))
 
     mod = T.module(body, [(1, 3, 6, 6)])
     nhwc, _ = get_rule("conv2d_to_nhwc").apply_all(mod)
