@@ -362,6 +362,26 @@ def test_the_benchmarks_cap_zero_enumerates_every_candidate_as_the_pass_does(mon
     assert graph_rl.settings_of("llvm", ap.parse_args(["--time-budget", "0"])).time_budget_s is None  # steps alone
 
 
+def test_the_benchmarks_plot_draws_measured_speedups_beside_the_proxys(monkeypatch, tmp_path):
+    import sys
+
+    import matplotlib.pyplot as plt
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.modules.pop("graph_rl", None)
+    import graph_rl
+
+    def summ(a, b):
+        return {"a": {"mean": a, "ci95": 0.01}, "b": {"mean": b, "ci95": None}}
+
+    proxy_only = {"m": {"summary": summ(2.1, 2.0)}}
+    both = {"m": {"summary": summ(2.1, 2.0), "measured": {"summary": summ(1.2, 1.4)}},
+            "n": {"summary": summ(1.1, 1.0), "measured": {"skipped": "no two arms differ"}}}
+    one = plt.imread(graph_rl.plot(proxy_only, ["a", "b"], tmp_path / "one.png", "t"))
+    two = plt.imread(graph_rl.plot(both, ["a", "b"], tmp_path / "two.png", "t"))
+    assert two.shape[1] == 2 * one.shape[1]  # a second panel, for the measured speedups
+
+
 def test_the_pass_users_get_is_the_pass_the_ablation_measured(monkeypatch):
     """RLRewritePass, tvm_rl.optimize, the torch.compile backend and `tvm-rl optimize` default to the limits the
     ablation benchmark runs the arms with (a pass enumerating every candidate took no step in 10 s on ViT)."""
