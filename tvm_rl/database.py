@@ -150,6 +150,26 @@ def open_database(work_dir: str | os.PathLike) -> ms.database.JSONDatabase:
     return TuningDatabase(work_dir).open()
 
 
+def merge_databases(out: str | os.PathLike, sources: Iterable[str | os.PathLike]) -> int:
+    """Commit every tuning record of the database folders `sources` into the folder `out` (created if absent), so
+    that a build with `out` takes, per kernel, the best record any of them holds: the best of several tunings (tune
+    seeds, runs). Returns the number of records committed. Each source is checked as `open_database` checks."""
+    ms = _meta_schedule()
+    merged, out_path = open_database(out), Path(out).resolve()
+    count = 0
+    for source in sources:
+        if Path(source).resolve() == out_path:
+            raise DatabaseError(f"{source} is both a source and the merged database: give another folder to merge into")
+        if TuningDatabase(source).record_count() == 0:
+            raise DatabaseError(f"{source} holds no tuning records: is it the database folder a tuning run wrote?")
+        for rec in open_database(source).get_all_tuning_records():
+            workload = merged.commit_workload(rec.workload.mod)
+            merged.commit_tuning_record(ms.database.TuningRecord(rec.trace, workload, rec.run_secs, rec.target,
+                                                                 rec.args_info))
+            count += 1
+    return count
+
+
 # Sizes of archives this process left ending on a whole gzip member, so appending need not check them again.
 _WHOLE_SIZE: dict[Path, int] = {}
 

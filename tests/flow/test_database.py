@@ -10,7 +10,7 @@ from tvm import te
 from tvm.s_tir import meta_schedule as ms
 
 from tvm_rl import measure
-from tvm_rl.database import TuningDatabase, as_database, open_database
+from tvm_rl.database import TuningDatabase, as_database, merge_databases, open_database
 from tvm_rl.errors import DatabaseError, DatabaseTypeError
 from tvm_rl.graph import calibration, cost
 
@@ -137,3 +137,19 @@ def test_proxy_roofline_reads_only_folders_with_records(cpu, folder, tmp_path):
     assert calibration.proxy_roofline(cpu, ms.database.MemoryDatabase()) == nominal
     kernels = calibration.tuned_kernels(TuningDatabase(folder))
     assert len(kernels) == 1 and kernels[0].flops == 2 * 16 ** 3 and kernels[0].best_ms == pytest.approx(1.0)
+
+
+def test_merging_databases_builds_with_the_best_record_any_of_them_holds(tmp_path, folder):
+    other = tmp_path / "other"
+    _commit(open_database(other), ([5e-4], [4e-3]))
+    merged = tmp_path / "merged"
+    assert merge_databases(merged, [folder, other]) == 5
+    db = open_database(merged)
+    assert len(db.get_all_tuning_records()) == 5
+    assert sorted(float(r.run_secs[0]) for r in db.get_all_tuning_records()) == [5e-4, 1e-3, 2e-3, 3e-3, 4e-3]
+    kernels = calibration.tuned_kernels(merged)
+    assert len(kernels) == 1 and kernels[0].best_ms == pytest.approx(0.5)  # the other tuning's better record
+    with pytest.raises(DatabaseError, match="both a source and the merged"):
+        merge_databases(merged, [folder, merged])
+    with pytest.raises(DatabaseError, match=r"empty.*holds no tuning records"):
+        merge_databases(tmp_path / "m2", [tmp_path / "empty"])
