@@ -155,14 +155,17 @@ def merge_databases(out: str | os.PathLike, sources: Iterable[str | os.PathLike]
     that a build with `out` takes, per kernel, the best record any of them holds: the best of several tunings (tune
     seeds, runs). Returns the number of records committed. Each source is checked as `open_database` checks."""
     ms = _meta_schedule()
-    merged, out_path = open_database(out), Path(out).resolve()
-    count = 0
-    for source in sources:
-        if Path(source).resolve() == out_path:
-            raise DatabaseError(f"{source} is both a source and the merged database: give another folder to merge into")
-        if TuningDatabase(source).record_count() == 0:
-            raise DatabaseError(f"{source} holds no tuning records: is it the database folder a tuning run wrote?")
-        for rec in open_database(source).get_all_tuning_records():
+    out_path, owners = Path(out).resolve(), [TuningDatabase(source) for source in sources]
+    # Every source checked before the first record is written, so a bad one leaves no half-merged folder.
+    for owner in owners:
+        if owner.path.resolve() == out_path:
+            raise DatabaseError(f"{owner.path} is both a source and the merged database: give another folder to "
+                                "merge into")
+        if owner.record_count() == 0:
+            raise DatabaseError(f"{owner.path} holds no tuning records: is it the database folder a tuning run wrote?")
+    merged, count = open_database(out), 0
+    for owner in owners:
+        for rec in owner.open().get_all_tuning_records():
             workload = merged.commit_workload(rec.workload.mod)
             merged.commit_tuning_record(ms.database.TuningRecord(rec.trace, workload, rec.run_secs, rec.target,
                                                                  rec.args_info))

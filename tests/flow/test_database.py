@@ -152,4 +152,5 @@ def test_merging_databases_builds_with_the_best_record_any_of_them_holds(tmp_pat
     with pytest.raises(DatabaseError, match="both a source and the merged"):
         merge_databases(merged, [folder, merged])
     with pytest.raises(DatabaseError, match=r"empty.*holds no tuning records"):
-        merge_databases(tmp_path / "m2", [tmp_path / "empty"])
+        merge_databases(tmp_path / "m2", [folder, tmp_path / "empty"])
+    assert not (tmp_path / "m2").exists()  # sources checked before anything is written: no half-merged folder

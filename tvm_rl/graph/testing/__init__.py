@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Callable
 
 import tvm
-from tvm import relax
 
-from .build import Body, module, module_of, rand
+from .build import Body, R, module, module_of, rand
 from .conv import (
     avgpool_graph,
     bn_chain_graph,
@@ -49,8 +48,6 @@ from .shape import (
     split_concat_graph,
     tuple_graph,
 )
-
-R = relax.op
 
 EXAMPLES: dict[str, Callable[[], tvm.IRModule]] = {
     "merge_sibling_linear": sibling_linear_graph,

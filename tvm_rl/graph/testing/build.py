@@ -8,6 +8,7 @@ import tvm
 from tvm import relax
 
 Body = Callable[..., object]
+R = relax.op  # the graph builders' shorthand for Relax's operators
 
 
 def module(body: Body, shapes: Sequence[Sequence[int]], dtype: str = "float32") -> tvm.IRModule:

@@ -7,9 +7,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .build import module, rand
-
-R = relax.op
+from .build import R, module, rand
 
 
 def conv2d(x, w, stride=1, pad=0, groups=1):
@@ -34,7 +32,6 @@ def bn_graph(cin: int = 3, cout: int = 4, hw: int = 6, k: int = 3, stride: int =
 def bn_chain_graph(layers: int = 3, seed: int = 0) -> tvm.IRModule:
     """conv -> batch_norm -> relu, `layers` times: one batch-norm fold per layer."""
     rng = np.random.default_rng(seed)
-    R = relax.op
 
     def body(emit, x):
         for _ in range(layers):

@@ -7,9 +7,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .build import module, rand
-
-R = relax.op
+from .build import R, module, rand
 
 
 def merge_matmul_graph(shape: Sequence[int] = (2, 5, 8), outs: Sequence[int] = (4, 6, 4), bias: bool = True,

@@ -7,9 +7,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from .build import module, rand
-
-R = relax.op
+from .build import R, module, rand
 
 
 def permute_graph(shape: Sequence[int] = (2, 3, 4), pairs=(((1, 2, 0), (2, 0, 1)), ((1, 0, 2), (0, 2, 1)))
