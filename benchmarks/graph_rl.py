@@ -35,6 +35,7 @@ from graph_search import (  # noqa: E402
     measure_variants,
     open_database_arg,
     proxy_hardware,
+    tune_options,
     tuner,
 )
 
@@ -230,8 +231,7 @@ def main() -> None:
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({"target": str(target), "size": args.size, "proxy": hardware.as_dict(),
                                    "proxy_source": proxy_source, "database": cost.database_tag(database),
-                                   "measured": not args.no_measure, "tune_trials": args.tune_trials,
-                                   "tune_seed": args.tune_seed,
+                                   "measured": not args.no_measure, **tune_options(args),
                                    "confirmed": not args.no_confirm, "seeds": args.seeds, "arms": args.arms,
                                    "settings": settings.as_dict(), "repeat": args.repeat, "command": command,
                                    "models": results}, indent=1))

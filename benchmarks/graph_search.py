@@ -50,6 +50,10 @@ def add_tuning_args(ap: argparse.ArgumentParser, tune_seed: bool = True) -> None
         ap.add_argument("--tune-seed", type=int, default=0,
                         help="the tuner's seed: another seed into a fresh --database re-tunes the same kernels, to "
                              "see how much of a measured difference is tuning noise")
+        ap.add_argument("--tune-seeds", type=int, nargs="+", default=None, metavar="SEED",
+                        help="tune every kernel once per seed, each into --database/seed<SEED>, and build every "
+                             "graph with the best record of them per kernel (--database becomes their merge): "
+                             "at 16 trials a single tuning moves a rewritten graph by more than graphs differ")
     ap.add_argument("--no-confirm", action="store_true",
                     help="keep the searches' graphs even when they measure slower than the original")
     ap.add_argument("--fast-math", action="store_true",
@@ -60,21 +64,36 @@ def add_tuning_args(ap: argparse.ArgumentParser, tune_seed: bool = True) -> None
 def check_tuning_args(ap: argparse.ArgumentParser, args) -> None:
     if args.tune_trials and not args.database:
         ap.error("--tune-trials needs --database WORK_DIR, the work dir the new kernels are tuned into")
+    if getattr(args, "tune_seeds", None):
+        if not args.tune_trials:
+            ap.error("--tune-seeds needs --tune-trials N (the trials per kernel each seed tunes)")
+        if args.tune_seed != 0:
+            ap.error("give --tune-seed or --tune-seeds, not both")
+        if len(set(args.tune_seeds)) != len(args.tune_seeds):
+            ap.error(f"--tune-seeds {' '.join(map(str, args.tune_seeds))}: each seed once")
+
+
+def tune_options(args) -> dict:
+    """The JSON's record of how kernels were tuned: trials, and the seed or the seeds whose best record built."""
+    seeds = getattr(args, "tune_seeds", None)
+    return {"tune_trials": args.tune_trials, "tune_seed": args.tune_seed, **({"tune_seeds": seeds} if seeds else {})}
 
 
 def variant_measure(model, target, args) -> cost.PairMeasure:
     """(original, graph) -> both measured side by side on the model's inputs, as the table measures them (their
     kernels tuned first with --tune-trials)."""
     if args.tune_trials:
-        return tuned_cost.tuned_pair_measure(target, model.inputs, args.database, args.tune_trials, repeat=args.repeat,
-                                             seed=args.tune_seed)
+        return cost.pair_measure(target, model.inputs, repeat=args.repeat, tune=tuner(target, args))
     return cost.pair_measure(target, model.inputs, open_database_arg(args.database), repeat=args.repeat)
 
 
 def tuner(target, args):
-    """With --tune-trials: mod -> the database after tuning mod's kernels into --database. Else None."""
+    """With --tune-trials: mod -> the database after tuning mod's kernels into --database (with --tune-seeds, the
+    seeds' merge). Else None."""
     if not args.tune_trials:
         return None
+    if getattr(args, "tune_seeds", None):
+        return tuned_cost.best_of_seeds_tuner(target, args.database, args.tune_trials, args.tune_seeds)
     return tuned_cost.database_tuner(target, args.database, args.tune_trials, seed=args.tune_seed)
 
 
@@ -231,8 +250,7 @@ def main() -> None:
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({"target": str(target), "size": args.size, "search_cost": args.cost,
                                    "proxy": hardware.as_dict(),
-                                   "database": cost.database_tag(database), "tune_trials": args.tune_trials,
-                                   "tune_seed": args.tune_seed,
+                                   "database": cost.database_tag(database), **tune_options(args),
                                    "confirmed": not args.no_confirm, "budget": args.budget,
                                    "alpha": args.alpha, "cap": args.cap, "repeat": args.repeat,
                                    "models": results}, indent=1))

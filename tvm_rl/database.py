@@ -19,15 +19,14 @@ or tune with) or `TuningDatabase.of` (to read the folder).
 """
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
+import shutil
 import time
-import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Union
 
 from .errors import DatabaseError, DatabaseTypeError
 
@@ -150,10 +149,14 @@ def open_database(work_dir: str | os.PathLike) -> ms.database.JSONDatabase:
     return TuningDatabase(work_dir).open()
 
 
-def merge_databases(out: str | os.PathLike, sources: Iterable[str | os.PathLike]) -> int:
+def merge_databases(out: str | os.PathLike, sources: Iterable[str | os.PathLike], replace: bool = False) -> int:
     """Commit every tuning record of the database folders `sources` into the folder `out` (created if absent), so
     that a build with `out` takes, per kernel, the best record any of them holds: the best of several tunings (tune
-    seeds, runs). Returns the number of records committed. Each source is checked as `open_database` checks."""
+    seeds, runs). Returns the number of records committed. Each source is checked as `open_database` checks.
+
+    With `replace`, `out` becomes exactly the sources' merge (its own records dropped): how a merge is refreshed
+    as its sources grow without committing their records twice. The merge is written beside `out` and moved in,
+    so a run killed meanwhile leaves the previous merge whole."""
     ms = _meta_schedule()
     out_path, owners = Path(out).resolve(), [TuningDatabase(source) for source in sources]
     # Every source checked before the first record is written, so a bad one leaves no half-merged folder.
@@ -163,74 +166,23 @@ def merge_databases(out: str | os.PathLike, sources: Iterable[str | os.PathLike]
                                 "merge into")
         if owner.record_count() == 0:
             raise DatabaseError(f"{owner.path} holds no tuning records: is it the database folder a tuning run wrote?")
-    merged, count = open_database(out), 0
+    into = out_path.with_name(out_path.name + ".merging") if replace else out_path
+    if replace:
+        shutil.rmtree(into, ignore_errors=True)
+    merged, count = open_database(into), 0
     for owner in owners:
         for rec in owner.open().get_all_tuning_records():
             workload = merged.commit_workload(rec.workload.mod)
             merged.commit_tuning_record(ms.database.TuningRecord(rec.trace, workload, rec.run_secs, rec.target,
                                                                  rec.args_info))
             count += 1
+    if replace:
+        del merged
+        out_path.mkdir(parents=True, exist_ok=True)
+        for name in (WORKLOADS, RECORDS):
+            os.replace(into / name, out_path / name)
+        shutil.rmtree(into)
     return count
-
-
-# Sizes of archives this process left ending on a whole gzip member, so appending need not check them again.
-_WHOLE_SIZE: dict[Path, int] = {}
-
-
-def _end_of_whole_members(path: Path) -> int:
-    """The byte offset where the last whole gzip member of `path` ends (0 if none is whole)."""
-    end = pos = 0
-    decompressor = zlib.decompressobj(wbits=31)
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            while chunk:
-                try:
-                    decompressor.decompress(chunk)
-                except zlib.error:
-                    return end
-                if not decompressor.eof:
-                    pos += len(chunk)
-                    break
-                pos += len(chunk) - len(decompressor.unused_data)
-                end, chunk = pos, decompressor.unused_data
-                decompressor = zlib.decompressobj(wbits=31)
-    return end
-
-
-def append_json_lines_gz(path: Path, entries: Iterable[dict[str, Any]]) -> None:
-    """Append `entries` to a gzip'd JSON-lines file as one new gzip member (the benchmarks' archives of tuning
-    records): a process killed while appending loses at most that member. A member cut short by such a kill is
-    cut off before appending, since a gzip reader cannot get past it to the members that would follow."""
-    lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)
-    if not lines:
-        return
-    path = Path(path)
-    size = path.stat().st_size if path.is_file() else 0
-    if size and _WHOLE_SIZE.get(path.resolve()) != size:
-        end = _end_of_whole_members(path)
-        if end < size:
-            logging.getLogger(__name__).warning("%s: dropping %d bytes of a last entry cut short (a killed "
-                                                "process), so that new entries can be read", path, size - end)
-            with open(path, "r+b") as f:
-                f.truncate(end)
-    with gzip.open(path, "at", encoding="utf-8") as f:
-        f.write(lines)
-    _WHOLE_SIZE[path.resolve()] = path.stat().st_size
-
-
-def read_json_lines_gz(path: Path) -> list[dict[str, Any]]:
-    """Every whole entry of a file `append_json_lines_gz` wrote; [] for no file. A last member cut short by a
-    kill is dropped, not fatal: everything before it is returned."""
-    entries: list[dict[str, Any]] = []
-    if not Path(path).is_file():
-        return entries
-    try:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
-            for line in f:
-                entries.append(json.loads(line))
-    except (EOFError, json.JSONDecodeError, zlib.error, gzip.BadGzipFile):
-        pass
-    return entries
 
 
 def _meta_schedule():

@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .database import RECORDS, WORKLOADS, TuningDatabase, append_json_lines_gz, read_json_lines_gz
+from .database import RECORDS, WORKLOADS, TuningDatabase
+from .jsonl_gz import append_json_lines_gz, read_json_lines_gz
 
 
 def archive_path(out: Path) -> Path:

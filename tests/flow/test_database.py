@@ -154,3 +154,16 @@ def test_merging_databases_builds_with_the_best_record_any_of_them_holds(tmp_pat
     with pytest.raises(DatabaseError, match=r"empty.*holds no tuning records"):
         merge_databases(tmp_path / "m2", [folder, tmp_path / "empty"])
     assert not (tmp_path / "m2").exists()  # sources checked before anything is written: no half-merged folder
+
+
+def test_a_replacing_merge_is_exactly_its_sources_however_often_it_is_refreshed(tmp_path, folder):
+    other, merged = tmp_path / "other", tmp_path / "merged"
+    _commit(open_database(other), ([5e-4],))
+    assert merge_databases(merged, [folder, other]) == 4
+    assert merge_databases(merged, [folder, other]) == 4  # without replace: committed twice
+    assert len(open_database(merged).get_all_tuning_records()) == 8
+    _commit(open_database(other), ([2e-4],))  # a source grew (another kernel tuned)
+    assert merge_databases(merged, [folder, other], replace=True) == 5
+    assert len(open_database(merged).get_all_tuning_records()) == 5
+    assert calibration.tuned_kernels(merged)[0].best_ms == pytest.approx(0.2)
+    assert not (tmp_path / "merged.merging").exists()

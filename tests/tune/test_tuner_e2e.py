@@ -10,8 +10,9 @@ import pytest
 
 from tvm_rl import tuner_e2e as e2e
 from tvm_rl import tuner_e2e_archive as arch
-from tvm_rl.database import RECORDS, WORKLOADS, append_json_lines_gz, read_json_lines_gz
+from tvm_rl.database import RECORDS, WORKLOADS
 from tvm_rl.errors import TuningInterrupted
+from tvm_rl.jsonl_gz import append_json_lines_gz, read_json_lines_gz
 
 
 def test_default_arms_add_the_pretrained_ones_only_with_a_cost_model():

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..database import RECORDS, WORKLOADS, append_json_lines_gz, read_json_lines_gz
+from ..database import RECORDS, WORKLOADS
+from ..jsonl_gz import append_json_lines_gz, read_json_lines_gz
 
 
 def archive_path(out: Path) -> Path:
