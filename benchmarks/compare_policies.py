@@ -16,10 +16,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from graph_rl import add_arm_args, effort_table, proxy_of, settings_of, summaries, table  # noqa: E402
+from graph_rl import add_arm_args, effort_table, pricing_of, proxy_of, settings_of, summaries, table  # noqa: E402
 
 from tvm_rl import measure, models  # noqa: E402
-from tvm_rl.graph import ablation, cost  # noqa: E402
+from tvm_rl.graph import ablation  # noqa: E402
 from tvm_rl.graph.agent import DEFAULT_POLICY, GraphActorCritic  # noqa: E402
 
 
@@ -35,17 +35,17 @@ def main() -> None:
     args.policy = None
     target = measure.parse_target(args.target)
     hardware, proxy_source = proxy_of(target, args)
+    price, priced_by = pricing_of(hardware, args)
     settings = settings_of(target, args)
     columns = {f"{Path(p).parent.name}/{Path(p).name}": GraphActorCritic.load(p) for p in args.policies}
     keys = list(args.arms) + list(columns)
     results: dict[str, dict] = {}
     for name in args.models:
         mod = models.load(name, args.size).mod
-        runs = ablation.evaluate(mod, args.arms, args.seeds, lambda: cost.roofline_cost(hardware), settings)
+        runs = ablation.evaluate(mod, args.arms, args.seeds, price, settings)
         for column, policy in columns.items():
             settings.policy = policy
-            runs[column] = ablation.evaluate(mod, ["trained"], args.seeds, lambda: cost.roofline_cost(hardware),
-                                             settings)["trained"]
+            runs[column] = ablation.evaluate(mod, ["trained"], args.seeds, price, settings)["trained"]
         results[name] = {"runs": runs, "summary": summaries(runs)}
         print(f"{name}: " + ", ".join(f"{k} {ablation.cell(results[name]['summary'][k])}" for k in keys), flush=True)
     print("\n".join(table(results, keys, learned=tuple(columns))))
@@ -53,7 +53,8 @@ def main() -> None:
     out = Path(__file__).resolve().parents[1] / "logs" / f"compare_policies_{target.kind.name}_{args.size}.json"
     settings.policy = None
     out.write_text(json.dumps({"target": str(target), "size": args.size, "database": args.database,
-                               "proxy": hardware.as_dict(), "proxy_source": proxy_source, "seeds": args.seeds,
+                               "proxy": hardware.as_dict(), "proxy_source": proxy_source, "priced_by": priced_by,
+                               "seeds": args.seeds,
                                "settings": settings.as_dict(), "policies": args.policies, "models": results},
                               indent=1))
     print(f"wrote {out}")

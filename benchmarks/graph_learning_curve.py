@@ -25,10 +25,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from graph_rl import add_arm_args, proxy_of, settings_of  # noqa: E402
+from graph_rl import add_arm_args, pricing_of, proxy_of, settings_of  # noqa: E402
 
 from tvm_rl import models  # noqa: E402
-from tvm_rl.graph import ablation, arms, cost  # noqa: E402
+from tvm_rl.graph import ablation, arms  # noqa: E402
 
 DEFAULT_ARMS = tuple(a for a in arms.ARMS if a not in arms.LEARNED) + ("greedy-never-stop",)
 
@@ -111,14 +111,17 @@ def main(argv=None) -> None:
 
     target = tvm.target.Target(args.target)
     hardware, proxy_source = proxy_of(target, args)
+    price, priced_by = pricing_of(hardware, args)  # a fresh memo per run (ablation.run)
     settings = settings_of(target, args)
     out = Path(args.out or f"logs/graph_curve_{args.model}_{args.size}.json")
     saved = json.loads(out.read_text()) if out.exists() else {}
-    same = saved.get("settings") == settings.as_dict() and saved.get("proxy") == hardware.as_dict()
+    same = (saved.get("settings") == settings.as_dict() and saved.get("proxy") == hardware.as_dict()
+            and saved.get("priced_by", "proxy") == priced_by)
     if saved and not same:
         raise SystemExit(f"{out} holds a curve made with other settings or another proxy; give another --out")
     result = {"model": args.model, "size": args.size, "work_dir": str(work), "proxy": hardware.as_dict(),
-              "proxy_source": proxy_source, "settings": settings.as_dict(), "seeds": args.seeds,
+              "proxy_source": proxy_source, "priced_by": priced_by, "settings": settings.as_dict(),
+              "seeds": args.seeds,
               "command": "python " + " ".join([f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]]),
               "episodes_per_iteration": episodes_per_iteration(work), "training": training_rows(work),
               "arms": saved.get("arms", {}), "snapshots": saved.get("snapshots", {}), "arm_summary": {}}
@@ -128,7 +131,6 @@ def main(argv=None) -> None:
         out.write_text(json.dumps(result, indent=1))
 
     mod = models.load(args.model, args.size).mod
-    price = lambda: cost.roofline_cost(hardware)  # noqa: E731  -- a fresh memo per run (ablation.run)
     t0 = time.perf_counter()
 
     def arm_done(arm: str, r: ablation.Run) -> None:

@@ -51,6 +51,9 @@ def add_arm_args(ap: argparse.ArgumentParser, default_arms: tuple[str, ...] = ab
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="seeds of the pass's arms")
     ap.add_argument("--proxy-from", default=None, help="a benchmark JSON whose recorded \"proxy\" (a fitted "
                     "roofline) prices the graphs, when its --database is not at hand")
+    ap.add_argument("--price-records", default=None, metavar="DB", help="a tuning database folder whose records "
+                    "price every kernel it has tuned (at its best time), the proxy pricing only the others "
+                    "(tvm_rl.graph.record_cost)")
     # Defaults from ablation.Settings, whose pass settings are RLRewritePass's own (graph/defaults.py).
     s = ablation.Settings()
     ap.add_argument("--cap", type=int, default=s.cap, help=f"candidates per step (searches and the pass; default "
@@ -71,6 +74,17 @@ def proxy_of(target, args):
     if args.proxy_from:
         return recorded_proxy(args.proxy_from), args.proxy_from
     return proxy_hardware(target, args.database), args.database or "nominal"
+
+
+def pricing_of(hardware, args) -> tuple:
+    """(a factory of fresh memoised cost functions, what prices) for the arms: the proxy alone, or with
+    --price-records the database's records where it has the kernel. The records are read once."""
+    if not getattr(args, "price_records", None):
+        return (lambda: cost.roofline_cost(hardware)), "proxy"
+    from tvm_rl.graph.record_cost import RecordCost, RecordIndex
+
+    index = RecordIndex.of(args.price_records)
+    return (lambda: cost.Memo(RecordCost(index, hardware))), f"records of {args.price_records}, else the proxy"
 
 
 def settings_of(target, args) -> ablation.Settings:
@@ -120,14 +134,22 @@ def missing(runs: dict[str, list[dict]], arms: list[str], seeds: list[int]) -> l
             if not any(r["seed"] == s for r in runs.get(a, []))]
 
 
-def measure_arms(model, graphs: dict, runs: dict, target, database, args, hardware) -> dict:
+def save_graph(folder: Path, key: str, mod) -> None:
+    """`mod` as `folder/<key>.relax.json` (`--save-graphs`)."""
+    import tvm
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{key}.relax.json").write_text(tvm.ir.save_json(mod))
+
+
+def measure_arms(model, graphs: dict, runs: dict, target, database, args, hardware, price) -> dict:
     """Build and time every arm's distinct graph beside the original; per arm the measured speedup over seeds
     (a graph no faster than the original counts as it, unless --no-confirm)."""
     variants = {"original": (model.mod, 0.0, [])}
     for (arm, seed), mod in graphs.items():
         row = next(r for r in runs[arm] if r["seed"] == seed)
         variants[f"{arm}@{seed}"] = (mod, row["seconds"], row["applied"])
-    rows = measure_variants(model, variants, target, database, args.repeat, cost.roofline_cost(hardware),
+    rows = measure_variants(model, variants, target, database, args.repeat, price(),
                             tuner(target, args), lowering(args))
     base = rows["original"]["latency_ms"]
     measured: dict[str, list[dict]] = {}
@@ -210,6 +232,9 @@ def main() -> None:
                     "are within 1%% of each other by the proxy (the proxy can be 10%% off on a graph)")
     ap.add_argument("--audit", action="store_true", help="measured: also time every graph's kernels alone and "
                     "set them beside the proxy's price, per kind (tvm_rl.graph.proxy_audit)")
+    ap.add_argument("--save-graphs", default=None, metavar="DIR", help="write every run's graph (and the original) "
+                    "to DIR/<model>/<arm>@<seed>.relax.json (tvm.ir.load_json reads them): to price them again "
+                    "with another cost without searching again")
     ap.add_argument("--force", action="store_true", help="re-run the runs already in the JSON")
     ap.add_argument("--table-only", action="store_true", help="print the JSON's table and run nothing")
     ap.add_argument("--out", default=None, help="JSON path (default logs/graph_ablation_<target>_<size>"
@@ -219,6 +244,7 @@ def main() -> None:
     target = measure.parse_target(args.target)
     database = open_database_arg(args.database)
     hardware, proxy_source = proxy_of(target, args)
+    price, priced_by = pricing_of(hardware, args)
     settings = settings_of(target, args)
     suffix = "_proxy" if args.no_measure else ""
     out = Path(args.out) if args.out else (Path(__file__).resolve().parents[1] / "logs"
@@ -230,7 +256,8 @@ def main() -> None:
     def save() -> None:
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps({"target": str(target), "size": args.size, "proxy": hardware.as_dict(),
-                                   "proxy_source": proxy_source, "database": cost.database_tag(database),
+                                   "proxy_source": proxy_source, "priced_by": priced_by,
+                                   "database": cost.database_tag(database),
                                    "measured": not args.no_measure, **tune_options(args),
                                    "confirmed": not args.no_confirm, "seeds": args.seeds, "arms": args.arms,
                                    "settings": settings.as_dict(), "repeat": args.repeat, "command": command,
@@ -244,23 +271,27 @@ def main() -> None:
             print(f"{name}: already in {out.name} (--force to re-run)")
             continue
         model = models.load(name, args.size)
+        if args.save_graphs:
+            save_graph(Path(args.save_graphs) / name, "original", model.mod)
         entry = results[name] = {"runs": dict(keep), "run": {"date": time.strftime("%Y-%m-%d"),
                                                               "settings": settings.as_dict(), "proxy": proxy_source}}
         graphs = {}
 
         def on_run(arm: str, r: ablation.Run) -> None:
             graphs[(arm, r.seed)] = r.mod
+            if args.save_graphs:
+                save_graph(Path(args.save_graphs) / name, f"{arm}@{r.seed}", r.mod)
             print(f"  {name} {arm} seed {r.seed}: {r.speedup:.3f}x, {r.seconds:.1f} s, {r.steps} steps", flush=True)
             entry["runs"][arm] = entry["runs"].get(arm, []) + [r.row()]
             entry["summary"] = summaries(entry["runs"])
             save()
 
-        ablation.evaluate(model.mod, args.arms, args.seeds, lambda: cost.roofline_cost(hardware), settings,
+        ablation.evaluate(model.mod, args.arms, args.seeds, price, settings,
                           done=keep, on_run=on_run)
         entry["summary"] = summaries(entry["runs"])
         entry["compare"] = ablation.compare({a: entry["summary"][a] for a in args.arms})
         if not args.no_measure:
-            entry["measured"] = (measure_arms(model, graphs, entry["runs"], target, database, args, hardware)
+            entry["measured"] = (measure_arms(model, graphs, entry["runs"], target, database, args, hardware, price)
                                  if entry["compare"]["any_differ"] or args.measure_all
                                  else {"skipped": "no two arms differ by more than 1% by the proxy"})
         save()

@@ -143,12 +143,15 @@ def _op_profile(var: Var, value) -> OpProfile:
 
 
 class FusedKernel(NamedTuple):
-    """One kernel `main` will run: FLOPs, bytes, the kind of its anchor op and, for a matmul anchor, its GEMM."""
+    """One kernel `main` will run: FLOPs, bytes, the kind of its anchor op, for a matmul anchor its GEMM, and the
+    shapes of the tensors it reads from outside and writes (None for one without a static shape), in the order
+    met: what names the lowered kernel's arguments, whatever their order (`record_cost`)."""
 
     flops: float
     nbytes: int
     kind: str
     gemm: GemmShape | None = None
+    shapes: tuple[tuple[int, ...] | None, ...] = ()
 
 
 def einsum_indices(call) -> tuple[str, str, str, dict[str, int]] | None:
@@ -210,7 +213,7 @@ def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[FusedKer
     for gi, names in enumerate(kernels):
         if fusion.is_free(g, names):
             continue
-        nbytes, seen = 0, set()
+        nbytes, seen, shapes = 0, set(), []
         for n in names:
             for arg in fusion.inputs_of(g.values[n]):
                 if isinstance(arg, Var) and group.get(arg.name) == gi:
@@ -220,13 +223,16 @@ def fused_groups(mod: tvm.IRModule, graph: Graph | None = None) -> list[FusedKer
                     seen.add(key)
                     nbytes += tensor_info(arg)[1] if isinstance(arg, GenericConst) else \
                         var_bytes.get(arg.name, params.get(arg.name, tensor_info(arg)[1]))
+                    shapes.append(tensor_info(arg)[0])
             if g.external[n] or any(r != gi for r in readers.get(n, ())):
                 nbytes += var_bytes[n]
+                shapes.append(tensor_info(g.vars[n])[0])
         anchor = next((n for n in names if fusion.pattern_of(g.values[n]) == fusion.OUT_EWISE_FUSABLE), names[0])
         kind = profiles[anchor].kind
         if kind == "elementwise" and any(profiles[n].kind == "transpose" for n in names):
             kind = "transpose"  # its strided side sets the pace, wherever the transpose sits in the group
-        out.append(FusedKernel(sum(profiles[n].flops for n in names), nbytes, kind, _gemm_of(g.values[anchor])))
+        out.append(FusedKernel(sum(profiles[n].flops for n in names), nbytes, kind, _gemm_of(g.values[anchor]),
+                               tuple(shapes)))
     return out
 
 

@@ -1,0 +1,127 @@
+"""A graph's price from its kernels' own tuning records where a database holds them, the roofline elsewhere.
+
+A roofline fitted per kind prices each kernel at its kind's median efficiency. A few trials per kernel leave
+some kernels several times off that median (a fused 1x1 convolution priced at 0.09 ms measured 0.8 ms), and
+which graph holds such kernels decides how graphs rank when built. The database already knows each tuned
+kernel's best time, so a kernel it holds is priced by its record and only a kernel it has not seen (one a
+rewrite creates) by the roofline.
+
+Kernels are matched without lowering, so pricing stays as fast as the roofline's: a kernel the pass predicts
+(`profiles.fused_groups`) is a tuned workload when the shapes of the tensors it reads and writes are the
+workload's argument shapes (as a multiset: argument order is TVM's). Layouts differ in shape, so an NCHW and an
+NHWC convolution never match; where several workloads share the shapes (a convolution with and without its
+activation fused), the one of the same kind with the nearest FLOPs is taken.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+import tvm
+
+from ..database import DatabaseLike, TuningDatabase
+from .profiles import FusedKernel, fused_groups
+from .roofline import Roofline
+
+ShapeKey = tuple[tuple[int, ...], ...]
+
+
+def shape_key(shapes: Sequence[tuple[int, ...] | None]) -> ShapeKey | None:
+    """The multiset of a kernel's tensor shapes, sorted; None when one is not static (never matched)."""
+    if not shapes or any(s is None for s in shapes):
+        return None
+    return tuple(sorted(tuple(int(d) for d in s) for s in shapes if s is not None))
+
+
+@dataclass(frozen=True)
+class PricedKernel:
+    """One predicted kernel with its price (ms) and where the price came from: "record" or "roofline"."""
+
+    kind: str
+    flops: float
+    shapes: tuple[tuple[int, ...] | None, ...]
+    ms: float
+    source: str
+
+
+class RecordIndex:
+    """The tuned kernels of a database by shape key (`calibration.TunedKernel`s: kind, FLOPs, best ms)."""
+
+    def __init__(self, kernels: Sequence) -> None:
+        self.by_shapes: dict[ShapeKey, list] = defaultdict(list)
+        for k in kernels:
+            key = shape_key(k.shapes)
+            if key is not None:
+                self.by_shapes[key].append(k)
+
+    @classmethod
+    def of(cls, database: DatabaseLike) -> RecordIndex:
+        """The index of a database folder's tuned kernels; ValueError naming it when it is no folder."""
+        from .calibration import tuned_kernels
+
+        folder = TuningDatabase.of(database)
+        if folder is None:
+            raise ValueError(f"pricing by tuning records needs a database folder, not {database!r}")
+        return cls(tuned_kernels(folder) if not folder.is_empty() else [])
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.by_shapes.values())
+
+    def lookup(self, kernel: FusedKernel):
+        """The tuned kernel that is `kernel`, or None: same shapes; of several, same kind, then nearest FLOPs."""
+        key = shape_key(kernel.shapes)
+        found = self.by_shapes.get(key) if key is not None else None
+        if not found:
+            return None
+        if len(found) == 1:
+            return found[0]
+
+        def distance(k) -> tuple[bool, float]:
+            flops = abs(math.log((k.flops + 1.0) / (kernel.flops + 1.0)))
+            return k.kind != kernel.kind, flops
+
+        return min(found, key=distance)
+
+
+class RecordCost:
+    """CostFn (IRModule -> ms): each predicted kernel at its tuning record's best time where `index` holds it,
+    else at `hardware`'s roofline price. Use `record_cost` for a memoised one built from a database."""
+
+    def __init__(self, index: RecordIndex, hardware: Roofline) -> None:
+        self.index, self.hardware = index, hardware
+
+    def price(self, mod: tvm.IRModule) -> list[PricedKernel]:
+        """Every kernel `mod` will run, priced, with where each price came from."""
+        out = []
+        for k in fused_groups(mod):
+            hit = self.index.lookup(k)
+            if hit is not None:
+                out.append(PricedKernel(k.kind, k.flops, k.shapes, hit.best_ms, "record"))
+            else:
+                out.append(PricedKernel(k.kind, k.flops, k.shapes,
+                                        self.hardware.time_ms(k.flops, k.nbytes, k.kind, k.gemm), "roofline"))
+        return out
+
+    def __call__(self, mod: tvm.IRModule) -> float:
+        return sum(k.ms for k in self.price(mod))
+
+    def coverage(self, mod: tvm.IRModule) -> float:
+        """The share of `mod`'s kernels priced by a record (1.0: the database has tuned every one)."""
+        priced = self.price(mod)
+        return sum(k.source == "record" for k in priced) / len(priced) if priced else 1.0
+
+
+def record_cost(database: DatabaseLike, hardware: Roofline | None = None,
+                target: tvm.target.Target | str | None = None):
+    """`RecordCost` of `database`'s records, memoised (`cost.Memo`). The roofline for kernels it has not tuned
+    is `hardware`, else the one fitted to the same database (`calibration.proxy_roofline`; `target` names it)."""
+    from .calibration import proxy_roofline
+    from .cost import Memo
+
+    if hardware is None:
+        if target is None:
+            raise ValueError("record_cost needs hardware (the roofline for unseen kernels) or the target to fit it")
+        hardware = proxy_roofline(target, database)
+    return Memo(RecordCost(RecordIndex.of(database), hardware))
