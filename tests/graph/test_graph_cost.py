@@ -38,10 +38,11 @@ def test_op_flops_and_bytes_from_shapes():
 def test_fusion_model_puts_epilogue_in_one_kernel_and_counts_only_its_boundary():
     groups = profiles.fused_groups(chain())
     assert len(groups) == 1
-    flops, nbytes, kind, gemm = groups[0]
+    flops, nbytes, kind, gemm, shapes = groups[0]
     assert kind == "matmul" and (gemm.batch, gemm.m, gemm.n, gemm.k) == (1, 4, 16, 8)
     assert flops == 2 * 4 * 16 * 8 + 2 * 4 * 16
     assert nbytes == 4 * (4 * 8 + 8 * 16 + 16 + 4 * 16)  # x, W, b in; the relu out; no intermediates
+    assert sorted(shapes) == [(4, 8), (4, 16), (8, 16), (16,)]  # the same tensors, by shape
 
 
 def test_kernel_profiles_count_the_lowered_kernels(cpu):
