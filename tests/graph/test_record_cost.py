@@ -34,6 +34,18 @@ def test_of_workloads_sharing_shapes_the_same_kind_then_the_nearest_flops_is_tak
     assert index.lookup(FusedKernel(1100.0, 0, "elementwise", None, (NCHW, NCHW))) is a
 
 
+def test_an_unseen_kernel_is_priced_on_the_databases_scale_for_its_kind():
+    hardware = roofline.Hardware(1e3, 1e3, 0.0, "test")  # 1 GFLOP and 1 GB a millisecond each
+    kernels = [tuned("conv", 1e6, 2e-3, NCHW, W, NCHW), tuned("conv", 1e6, 4e-3, NHWC, W, NHWC),
+               tuned("elementwise", 1e6, 10e-3, NCHW, NCHW)]
+    cost = record_cost.RecordCost(record_cost.RecordIndex(kernels), hardware)
+    assert cost.scale["conv"] == pytest.approx(3.0) and cost.scale[None] == pytest.approx(4.0)
+    assert cost.roofline_ms(FusedKernel(2e6, 0, "conv", None, ())) == pytest.approx(2e-3 * 3.0)
+    assert cost.roofline_ms(FusedKernel(2e6, 0, "matmul", None, ())) == pytest.approx(2e-3 * 4.0)  # no matmul: all
+    empty = record_cost.RecordCost(record_cost.RecordIndex([]), hardware)
+    assert empty.roofline_ms(FusedKernel(2e6, 0, "conv", None, ())) == pytest.approx(2e-3)
+
+
 def test_fused_kernels_carry_the_shapes_of_what_they_read_and_write():
     mod = testing.dense_graph(n=4, c=32, o=16)
     shapes = sorted(record_cost.shape_key(k.shapes) for k in fused_groups(mod))
@@ -61,10 +73,10 @@ def test_a_tuned_graph_is_priced_by_its_records_and_an_unseen_kernel_by_the_roof
     assert [k.source for k in priced] == ["record"] * len(priced) and cost.coverage(mod) == 1.0
     best = sorted(k.best_ms for k in calibration.tuned_kernels(tmp_path))
     assert sorted(k.ms for k in priced) == pytest.approx(best)
-    # Other shapes: kernels the database has never seen, priced as the roofline prices them.
+    # Other shapes: kernels the database has never seen, priced by the roofline on the database's scale.
     other = testing.dense_graph(n=3, c=32, o=16)
     assert cost.coverage(other) == 0.0
-    assert cost(other) == pytest.approx(graph_roofline_ms(other, hardware))
+    assert cost(other) == pytest.approx(graph_roofline_ms(other, hardware) * cost.scale["matmul"])
     memoised = record_cost.record_cost(tmp_path, target=cpu)
     assert memoised(mod) == pytest.approx(sum(best))
 

@@ -4,7 +4,9 @@ A roofline fitted per kind prices each kernel at its kind's median efficiency. A
 some kernels several times off that median (a fused 1x1 convolution priced at 0.09 ms measured 0.8 ms), and
 which graph holds such kernels decides how graphs rank when built. The database already knows each tuned
 kernel's best time, so a kernel it holds is priced by its record and only a kernel it has not seen (one a
-rewrite creates) by the roofline.
+rewrite creates) by the roofline, scaled per kind by the median ratio of the database's records to the
+roofline's prices of them: a roofline fitted elsewhere (or nominal) can be 2x off this database's times, and
+unscaled, every kernel the database has not seen would look cheap and a search would seek them out.
 
 Kernels are matched without lowering, so pricing stays as fast as the roofline's: a kernel the pass predicts
 (`profiles.fused_groups`) is a tuned workload when the shapes of the tensors it reads and writes are the
@@ -15,6 +17,7 @@ activation fused), the one of the same kind with the nearest FLOPs is taken.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
@@ -22,6 +25,7 @@ from typing import Sequence
 import tvm
 
 from ..database import DatabaseLike, TuningDatabase
+from .gemm_cost import kernel_gemm_shape
 from .profiles import FusedKernel, fused_groups
 from .roofline import Roofline
 
@@ -69,6 +73,21 @@ class RecordIndex:
     def __len__(self) -> int:
         return sum(len(v) for v in self.by_shapes.values())
 
+    def scales(self, hardware: Roofline) -> dict[str | None, float]:
+        """Per kind, the median of (best record ms / `hardware`'s price) over the tuned kernels; under None, the
+        median over all of them (1.0 for an empty index): what an unseen kernel's roofline price is scaled by."""
+        ratios: dict[str, list[float]] = defaultdict(list)
+        for found in self.by_shapes.values():
+            for k in found:
+                gemm = kernel_gemm_shape(k.shapes, k.flops) if k.kind == "matmul" else None
+                price = hardware.time_ms(k.flops, k.nbytes, k.kind, gemm)
+                if price > 0 and k.best_ms > 0:
+                    ratios[k.kind].append(k.best_ms / price)
+        every = [r for rs in ratios.values() for r in rs]
+        out: dict[str | None, float] = {kind: statistics.median(rs) for kind, rs in ratios.items()}
+        out[None] = statistics.median(every) if every else 1.0
+        return out
+
     def lookup(self, kernel: FusedKernel):
         """The tuned kernel that is `kernel`, or None: same shapes; of several, same kind, then nearest FLOPs."""
         key = shape_key(kernel.shapes)
@@ -87,10 +106,16 @@ class RecordIndex:
 
 class RecordCost:
     """CostFn (IRModule -> ms): each predicted kernel at its tuning record's best time where `index` holds it,
-    else at `hardware`'s roofline price. Use `record_cost` for a memoised one built from a database."""
+    else at `hardware`'s roofline price times its kind's scale (`RecordIndex.scales`). Use `record_cost` for a
+    memoised one built from a database."""
 
     def __init__(self, index: RecordIndex, hardware: Roofline) -> None:
         self.index, self.hardware = index, hardware
+        self.scale = index.scales(hardware)
+
+    def roofline_ms(self, k: FusedKernel) -> float:
+        """An unseen kernel's price: the roofline's, on the database's scale for its kind."""
+        return self.hardware.time_ms(k.flops, k.nbytes, k.kind, k.gemm) * self.scale.get(k.kind, self.scale[None])
 
     def price(self, mod: tvm.IRModule) -> list[PricedKernel]:
         """Every kernel `mod` will run, priced, with where each price came from."""
@@ -100,8 +125,7 @@ class RecordCost:
             if hit is not None:
                 out.append(PricedKernel(k.kind, k.flops, k.shapes, hit.best_ms, "record"))
             else:
-                out.append(PricedKernel(k.kind, k.flops, k.shapes,
-                                        self.hardware.time_ms(k.flops, k.nbytes, k.kind, k.gemm), "roofline"))
+                out.append(PricedKernel(k.kind, k.flops, k.shapes, self.roofline_ms(k), "roofline"))
         return out
 
     def __call__(self, mod: tvm.IRModule) -> float:
