@@ -1,17 +1,20 @@
 """Graph RL ablation: the pass's arms (learned and not) and the search baselines per model, over seeds.
 
 `python benchmarks/graph_rl.py [--size tiny|full] [--models ...] [--arms ...] [--seeds 0 1 2] [--no-measure]
-[--proxy-from JSON | --database DIR] [--policy PATH] [--audit]`
+[--proxy-from JSON | --database DIR] [--price-records DB] [--policy PATH] [--audit] [--tune-trials N
+[--tune-seeds 0 1 2]] [--save-graphs DIR]`
 Arms (`tvm_rl.graph.arms`, `tvm_rl.graph.ablation`): uniform, cheapest-first, cost-softmax, cheapest-then-softmax,
 untrained, trained and cheapest-then-trained (--policy: the checkpoint of the last two) run in `RLRewritePass`'s own
 loop (shortlist, every-match actions, --episodes, --time-budget), once per seed; greedy, greedy-never-stop,
 backtracking-100 and backtracking-1000 are deterministic searches, run once.
 All are steered and first judged by the roofline proxy: fitted to --database's tuned kernels, or rebuilt from
-the "proxy" a previous run recorded in its JSON (--proxy-from), else nominal. Per model and arm: the proxy's
+the "proxy" a previous run recorded in its JSON (--proxy-from), else nominal; with --price-records DB, every kernel
+DB has tuned is priced by its record instead (`graph.record_cost`). Per model and arm: the proxy's
 speedup, mean ± 95% t-interval over the seeds (n = 3 by default: a wide interval), seconds and steps, and
 which arms differ from the best non-learned arm by more than 1%. Without --no-measure, a model on which any
 two arms differ by more than 1% by the proxy has every arm's graphs built with the same kernel schedules
-(--database's; with --tune-trials tuned first), checked against the original and timed in interleaved
+(--database's; with --tune-trials tuned first, with --tune-seeds once per seed and built with the best record of
+them), checked against the original and timed in interleaved
 rounds (with --measure-all, also where they are within 1%); unless --no-confirm, a graph measured no faster
 than the original counts as the original (what the pass's and the searches' confirmation return).
 Resumable: logs/graph_ablation_<target>_<size>[_proxy].json is rewritten after every run, and runs already

@@ -13,7 +13,7 @@ PACKAGE = Path(tvm_rl.__file__).resolve().parent
 
 # Each layer may import only from the layers named for it (beside itself and third-party packages).
 LAYERS = {
-    "base": {"errors", "paths", "interrupt", "measure", "database", "fast_math"},
+    "base": {"errors", "paths", "interrupt", "measure", "database", "jsonl_gz", "fast_math"},
     "models": {"models"},
     "rl": {"rl"},
     "graph": {"graph"},
