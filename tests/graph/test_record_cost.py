@@ -105,3 +105,17 @@ def test_the_graph_benchmarks_price_by_records_when_asked(monkeypatch, cpu, tune
     price, source = graph_rl.pricing_of(hardware, ap.parse_args(["--price-records", str(tuned_db)]))
     assert str(tuned_db) in source
     assert price()(mod) == pytest.approx(sum(k.best_ms for k in calibration.tuned_kernels(tuned_db)))
+
+
+def test_training_rewards_by_records_when_asked(tuned_db):
+    from tvm_rl import models
+    from tvm_rl.graph.train import TrainConfig, make_env
+
+    config = TrainConfig(models=("bert",), size="tiny", price_records=str(tuned_db))
+    env = make_env("bert", config)
+    assert isinstance(env.cost.fn, record_cost.RecordCost)
+    assert len(env.cost.fn.index) == len(calibration.tuned_kernels(tuned_db))
+    mod = models.load("bert", "tiny").mod
+    assert env.cost(mod) == pytest.approx(record_cost.RecordCost(env.cost.fn.index, env.hardware)(mod))
+    assert not isinstance(getattr(make_env("bert", TrainConfig(models=("bert",), size="tiny")).cost, "fn", None),
+                          record_cost.RecordCost)  # without it, the roofline

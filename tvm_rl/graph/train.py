@@ -13,6 +13,7 @@ per iteration: return, speedup, PPO's losses, entropy, approx_kl, clipfrac, expl
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import sys
 import time
@@ -55,6 +56,9 @@ class TrainConfig:
     # Or a benchmark JSON whose recorded "proxy" prices kernels (benchmarks/graph_rl.py --proxy-from): training
     # then sees the same costs as the ablation it is compared with.
     proxy_from: str = ""
+    # A tuning database folder whose records price every kernel it has tuned (`record_cost`; the roofline above
+    # prices the rest and computes the node features): the reward follows the kernels the graph will be built with.
+    price_records: str = ""
     gamma: float = 0.99
     gae_lambda: float = 0.95
     learning_rate: float = 5e-4
@@ -134,16 +138,31 @@ def feature_spec(config: TrainConfig) -> FeatureSpec:
     return FeatureSpec.for_target(config.target, config.database or None)
 
 
+@functools.lru_cache(maxsize=4)
+def _record_index(database: str):
+    """One reading of a database's records per process, shared by its models' environments."""
+    from .record_cost import RecordIndex
+
+    return RecordIndex.of(database)
+
+
 def make_env(model: str, config: TrainConfig, features: FeatureSpec | None = None):
-    """The rewrite environment of a zoo model, with the roofline cost as reward (fast enough to train on) and
-    node features from the same roofline: `features`, by default `feature_spec(config)`."""
+    """The rewrite environment of a zoo model, with the roofline cost as reward (fast enough to train on), or with
+    `config.price_records` the records' (as fast), and node features from the roofline: `features`, by default
+    `feature_spec(config)`."""
     from .. import models
     from .env import GraphRewriteEnv
 
     import_model_modules(config.model_modules)
     features = features or feature_spec(config)
+    cost = None
+    if config.price_records:
+        from .cost import Memo
+        from .record_cost import RecordCost
+
+        cost = Memo(RecordCost(_record_index(config.price_records), features.roofline))
     return GraphRewriteEnv(models.load(model, config.size).mod, cap=config.cap, horizon=config.horizon,
-                           target=config.target, hardware=features.roofline, features=features,
+                           target=config.target, hardware=features.roofline, features=features, cost=cost,
                            shortlist=config.shortlist or None, reward=config.reward,
                            rules=with_all_matches(all_rules()) if config.all_matches else None)
 
