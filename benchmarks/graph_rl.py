@@ -145,6 +145,16 @@ def save_graph(folder: Path, key: str, mod) -> None:
     (folder / f"{key}.relax.json").write_text(tvm.ir.save_json(mod))
 
 
+def load_graph(folder: Path, key: str):
+    """The graph `save_graph` wrote as `folder/<key>.relax.json`; SystemExit naming the file when it is not there."""
+    import tvm
+
+    path = folder / f"{key}.relax.json"
+    if not path.is_file():
+        raise SystemExit(f"--graphs-from: no {path} (graph_rl.py --save-graphs {folder.parent} writes one per run)")
+    return tvm.ir.load_json(path.read_text())
+
+
 def measure_arms(model, graphs: dict, runs: dict, target, database, args, hardware, price) -> dict:
     """Build and time every arm's distinct graph beside the original; per arm the measured speedup over seeds
     (a graph no faster than the original counts as it, unless --no-confirm)."""
@@ -238,6 +248,9 @@ def main() -> None:
     ap.add_argument("--save-graphs", default=None, metavar="DIR", help="write every run's graph (and the original) "
                     "to DIR/<model>/<arm>@<seed>.relax.json (tvm.ir.load_json reads them): to price them again "
                     "with another cost without searching again")
+    ap.add_argument("--graphs-from", default=None, metavar="DIR", help="measure the runs already in the JSON "
+                    "(e.g. of a --no-measure run, copied to --out) with their graphs read from DIR, as --save-graphs "
+                    "wrote them, instead of searching again")
     ap.add_argument("--force", action="store_true", help="re-run the runs already in the JSON")
     ap.add_argument("--table-only", action="store_true", help="print the JSON's table and run nothing")
     ap.add_argument("--out", default=None, help="JSON path (default logs/graph_ablation_<target>_<size>"
@@ -269,8 +282,10 @@ def main() -> None:
     for name in [] if args.table_only else args.models:
         entry = results.get(name, {})
         # Measured results need every graph in this process: a model not yet measured runs all its arms again.
-        keep = entry.get("runs", {}) if not args.force and (args.no_measure or "measured" in entry) else {}
-        if not missing(keep, args.arms, args.seeds):
+        # With --graphs-from, runs searched before (--no-measure) are kept: their graphs are read, not searched for.
+        keep = entry.get("runs", {}) if not args.force and (args.no_measure or "measured" in entry
+                                                            or args.graphs_from) else {}
+        if not missing(keep, args.arms, args.seeds) and (args.no_measure or "measured" in entry):
             print(f"{name}: already in {out.name} (--force to re-run)")
             continue
         model = models.load(name, args.size)
@@ -278,7 +293,9 @@ def main() -> None:
             save_graph(Path(args.save_graphs) / name, "original", model.mod)
         entry = results[name] = {"runs": dict(keep), "run": {"date": time.strftime("%Y-%m-%d"),
                                                               "settings": settings.as_dict(), "proxy": proxy_source}}
-        graphs = {}
+        graphs = {} if not args.graphs_from else {
+            (arm, row["seed"]): load_graph(Path(args.graphs_from) / name, f"{arm}@{row['seed']}")
+            for arm, rows in keep.items() if arm in args.arms for row in rows}
 
         def on_run(arm: str, r: ablation.Run) -> None:
             graphs[(arm, r.seed)] = r.mod

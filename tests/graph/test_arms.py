@@ -409,3 +409,46 @@ def test_the_pass_users_get_is_the_pass_the_ablation_measured(monkeypatch):
     with pytest.raises(SystemExit):
         flow_command.main(["--model", "resnet18"])
     assert (seen["rewrite_steps"], seen["rewrite_seconds"]) == (s.max_steps, s.time_budget_s)
+
+
+@pytest.mark.slow
+def test_the_benchmark_measures_saved_graphs_without_searching_again(monkeypatch, tmp_path):
+    """--save-graphs keeps each run's graph; --graphs-from measures a --no-measure run's graphs from them."""
+    import json
+    import shutil
+    import sys
+
+    import tvm
+
+    from tvm_rl.graph.fingerprint import same_graph
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.modules.pop("graph_rl", None)
+    import graph_rl
+
+    graphs, proxy_json, measured_json = tmp_path / "graphs", tmp_path / "proxy.json", tmp_path / "measured.json"
+    common = ["graph_rl.py", "--models", "bert", "--arms", "cheapest-first", "greedy", "--seeds", "0",
+              "--time-budget", "0", "--steps", "4"]
+    monkeypatch.setattr(sys, "argv", [*common, "--no-measure", "--save-graphs", str(graphs), "--out", str(proxy_json)])
+    graph_rl.main()
+    saved = sorted(p.name for p in (graphs / "bert").iterdir())
+    assert saved == ["cheapest-first@0.relax.json", "greedy@None.relax.json", "original.relax.json"]
+    assert same_graph(tvm.ir.load_json((graphs / "bert" / "original.relax.json").read_text()),
+                      graph_rl.models.load("bert", "tiny").mod)
+    shutil.copy(proxy_json, measured_json)
+    evaluate = graph_rl.ablation.evaluate
+
+    def no_search(mod, arms_, seeds, *args, done=None, **kwargs):
+        assert not graph_rl.missing(done or {}, arms_, seeds), "searched again"
+        return evaluate(mod, arms_, seeds, *args, done=done, **kwargs)
+
+    monkeypatch.setattr(graph_rl.ablation, "evaluate", no_search)
+    monkeypatch.setattr(sys, "argv", [*common, "--graphs-from", str(graphs), "--measure-all", "--repeat", "2",
+                                      "--out", str(measured_json)])
+    graph_rl.main()
+    measured = json.loads(measured_json.read_text())["models"]["bert"]["measured"]
+    assert set(measured["runs"]) == {"cheapest-first", "greedy"} and measured["all_match_original"]
+    (graphs / "bert" / "greedy@None.relax.json").unlink()
+    shutil.copy(proxy_json, measured_json)
+    with pytest.raises(SystemExit, match="greedy@None.relax.json"):
+        graph_rl.main()
