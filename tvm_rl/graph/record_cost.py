@@ -16,6 +16,7 @@ activation fused), the one of the same kind with the nearest FLOPs is taken.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import defaultdict
@@ -149,3 +150,16 @@ def record_cost(database: DatabaseLike, hardware: Roofline | None = None,
             raise ValueError("record_cost needs hardware (the roofline for unseen kernels) or the target to fit it")
         hardware = proxy_roofline(target, database)
     return Memo(RecordCost(RecordIndex.of(database), hardware))
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_index(database: str) -> RecordIndex:
+    return RecordIndex.of(database)
+
+
+def shared_record_cost(database: str, hardware: Roofline):
+    """A memoised `RecordCost` over `database`'s records read once per process (training's environments, one per
+    model and worker, share them); a database that grows meanwhile is not read again."""
+    from .cost import Memo
+
+    return Memo(RecordCost(_shared_index(str(database)), hardware))

@@ -13,7 +13,6 @@ per iteration: return, speedup, PPO's losses, entropy, approx_kl, clipfrac, expl
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import sys
 import time
@@ -138,14 +137,6 @@ def feature_spec(config: TrainConfig) -> FeatureSpec:
     return FeatureSpec.for_target(config.target, config.database or None)
 
 
-@functools.lru_cache(maxsize=4)
-def _record_index(database: str):
-    """One reading of a database's records per process, shared by its models' environments."""
-    from .record_cost import RecordIndex
-
-    return RecordIndex.of(database)
-
-
 def make_env(model: str, config: TrainConfig, features: FeatureSpec | None = None):
     """The rewrite environment of a zoo model, with the roofline cost as reward (fast enough to train on), or with
     `config.price_records` the records' (as fast), and node features from the roofline: `features`, by default
@@ -157,10 +148,9 @@ def make_env(model: str, config: TrainConfig, features: FeatureSpec | None = Non
     features = features or feature_spec(config)
     cost = None
     if config.price_records:
-        from .cost import Memo
-        from .record_cost import RecordCost
+        from .record_cost import shared_record_cost
 
-        cost = Memo(RecordCost(_record_index(config.price_records), features.roofline))
+        cost = shared_record_cost(config.price_records, features.roofline)
     return GraphRewriteEnv(models.load(model, config.size).mod, cap=config.cap, horizon=config.horizon,
                            target=config.target, hardware=features.roofline, features=features, cost=cost,
                            shortlist=config.shortlist or None, reward=config.reward,
