@@ -13,6 +13,13 @@ Kernels are matched without lowering, so pricing stays as fast as the roofline's
 workload's argument shapes (as a multiset: argument order is TVM's). Layouts differ in shape, so an NCHW and an
 NHWC convolution never match; where several workloads share the shapes (a convolution with and without its
 activation fused), the one of the same kind with the nearest FLOPs is taken.
+
+Known unsound: shapes do not name the computation. A kernel the database has not tuned can match a workload that
+computes something else over the same shapes (a 1x1 matmul with one element-wise op fewer on its input, priced at
+its neighbour's 0.14 ms, ran 1.18 ms once tuned), and a search steered by these prices seeks such kernels out:
+searches priced this way found graphs that measured 1.32-1.62x where the roofline's found 1.59-1.89x
+(docs/results/graph_ablation.md). Use it to rank graphs whose kernels the database holds; matching by the lowered
+kernel's structural hash would make it sound.
 """
 from __future__ import annotations
 
