@@ -131,8 +131,8 @@ class RLRewritePass:
     `database`: MetaSchedule database whose tuned kernels both builds use (on CPU untuned kernels are naive
     loops). cost: the cost function steering the search (default: the roofline proxy for `target`, fitted to
     `database`'s tuned kernels when it has any: `calibration.proxy_roofline`; `record_cost.record_cost(database,
-    target=target)` prices each kernel the database has tuned by its own record instead, which ranked built graphs
-    as they ran where the fitted roofline did not, docs/results/graph_ablation.md).
+    target=target)` prices each kernel the database has tuned by its own record instead, which ranks graphs whose
+    kernels are tuned as they ran, but steered searches to slower graphs: see its module docstring).
     cap: candidates enumerated per step (None: all). shortlist: the policy chooses among this many of them, the
     cheapest by `cost` (None: all); encoding every candidate is most of a step's time on full-size models. The
     limits' defaults are `defaults`', what the ablation benchmark measures.

@@ -57,6 +57,7 @@ class TrainConfig:
     proxy_from: str = ""
     # A tuning database folder whose records price every kernel it has tuned (`record_cost`; the roofline above
     # prices the rest and computes the node features): the reward follows the kernels the graph will be built with.
+    # Searches steered by it found slower graphs (kernels matched by shapes: `record_cost`'s docstring).
     price_records: str = ""
     gamma: float = 0.99
     gae_lambda: float = 0.95
