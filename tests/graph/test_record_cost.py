@@ -119,3 +119,31 @@ def test_training_rewards_by_records_when_asked(tuned_db):
     assert env.cost(mod) == pytest.approx(record_cost.RecordCost(env.cost.fn.index, env.hardware)(mod))
     assert not isinstance(getattr(make_env("bert", TrainConfig(models=("bert",), size="tiny")).cost, "fn", None),
                           record_cost.RecordCost)  # without it, the roofline
+
+
+def _subtract_graph():
+    """dense_graph(n=4, c=32, o=16) with the bias subtracted: its kernels have the same shapes, not the same code."""
+    import numpy as np
+    from tvm import relax
+
+    R, rng = relax.op, np.random.default_rng(0)
+
+    def body(emit, x, y):
+        w = emit(R.permute_dims(testing.rand(rng, 16, 32), [1, 0]))
+        return [emit(R.subtract(emit(R.matmul(x, w)), testing.rand(rng, 16))),
+                emit(R.matmul(y, testing.rand(rng, 32, 16)))]
+
+    return testing.module(body, [(4, 32), (2, 4, 32)])
+
+
+def test_lowered_pricing_matches_kernels_exactly_where_shapes_alone_do_not(cpu, tuned_db):
+    hardware, mod = roofline.default_hardware(cpu), testing.dense_graph(n=4, c=32, o=16)
+    exact = record_cost.LoweredRecordCost(tuned_db, hardware, cpu)
+    priced = exact.price(mod)
+    assert [k.source for k in priced] == ["record"] * len(priced)
+    assert sum(k.ms for k in priced) == pytest.approx(sum(k.best_ms for k in calibration.tuned_kernels(tuned_db)))
+    # Subtracting the bias: the same shapes, another kernel. Shapes alone take it for the tuned one; lowering does not.
+    other = _subtract_graph()
+    by_shapes = record_cost.RecordCost(record_cost.RecordIndex.of(tuned_db), hardware).price(other)
+    assert sorted(k.source for k in by_shapes) == ["record", "record"]
+    assert sorted(k.source for k in exact.price(other)) == ["record", "roofline"]  # the plain matmul is the same

@@ -42,11 +42,9 @@ class TunedKernel:
     shapes: tuple[tuple[int, ...], ...] = ()  # its buffers' shapes, in argument order
 
 
-def tuned_kernels(work_dir: TuningDatabase | str | os.PathLike) -> list[TunedKernel]:
-    """Every workload of the JSON database in `work_dir` that has a successful measurement, at its best."""
-    from tvm.s_tir.analysis import estimate_tir_flops
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
+def best_records(work_dir: TuningDatabase | str | os.PathLike) -> dict:
+    """{workload: (workload, best ms)} over the successful measurements of the JSON database in `work_dir` (a
+    record's time is the mean of its runs)."""
     best: dict = {}
     for record in _folder(work_dir).records():
         secs = [float(s) for s in (record.run_secs or ())]
@@ -56,8 +54,16 @@ def tuned_kernels(work_dir: TuningDatabase | str | os.PathLike) -> list[TunedKer
         key = record.workload
         if key not in best or ms_ < best[key][1]:
             best[key] = (record.workload, ms_)
+    return best
+
+
+def tuned_kernels(work_dir: TuningDatabase | str | os.PathLike) -> list[TunedKernel]:
+    """Every workload of the JSON database in `work_dir` that has a successful measurement, at its best."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
     out = []
-    for workload, best_ms in best.values():
+    for workload, best_ms in best_records(work_dir).values():
         func = workload.mod["main"]
         try:
             flops = float(estimate_tir_flops(workload.mod))

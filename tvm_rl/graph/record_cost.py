@@ -15,11 +15,12 @@ NHWC convolution never match; where several workloads share the shapes (a convol
 activation fused), the one of the same kind with the nearest FLOPs is taken.
 
 Known unsound: shapes do not name the computation. A kernel the database has not tuned can match a workload that
-computes something else over the same shapes (a 1x1 matmul with one element-wise op fewer on its input, priced at
-its neighbour's 0.14 ms, ran 1.18 ms once tuned), and a search steered by these prices seeks such kernels out:
-searches priced this way found graphs that measured 1.32-1.62x where the roofline's found 1.59-1.89x
-(docs/results/graph_ablation.md). Use it to rank graphs whose kernels the database holds; matching by the lowered
-kernel's structural hash would make it sound.
+computes something else over the same shapes (a 1x1 matmul priced at its sibling's 0.14 ms, the sibling with a
+clip fused). `LoweredRecordCost` is the exact form: it lowers the graph as the build does (about 0.2 s for a
+full-size CNN) and looks each kernel up by the structural hash the database keys it by. Neither is a price to
+search with on its own: searches steered by these prices made new kernels that then tuned badly (that matmul ran
+1.18-1.33 ms; the roofline had said 0.17 ms), and found graphs that measured 1.32-1.62x where the roofline's
+found 1.59-1.89x (docs/results/graph_ablation.md). Use them to rank graphs whose kernels are tuned.
 """
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import tvm
+import tvm_ffi
 
+from .. import measure
 from ..database import DatabaseLike, TuningDatabase
 from .gemm_cost import kernel_gemm_shape
 from .profiles import FusedKernel, fused_groups
@@ -170,3 +173,49 @@ def shared_record_cost(database: str, hardware: Roofline):
     from .cost import Memo
 
     return Memo(RecordCost(_shared_index(str(database)), hardware))
+
+
+def workload_key(func) -> int:
+    """The structural hash a tuning database keys a kernel by: the PrimFunc as its own module's "main"."""
+    return tvm_ffi.structural_hash(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+
+
+class LoweredRecordCost:
+    """CostFn (IRModule -> ms): `mod` lowered as the build lowers it (`measure.kernel_stage`) and every kernel priced
+    by the best record of exactly that kernel (its structural hash, as the database keys it), calls times, else by
+    the roofline on the database's scale for its kind. Sound where `RecordCost` is not (no kernel is taken for
+    another over the same shapes), and slower: a lowering per graph priced."""
+
+    def __init__(self, database: DatabaseLike, hardware: Roofline, target: tvm.target.Target | str) -> None:
+        from .calibration import best_records
+
+        folder = TuningDatabase.of(database)
+        if folder is None:
+            raise ValueError(f"pricing by tuning records needs a database folder, not {database!r}")
+        self.target, self.hardware = measure.parse_target(target), hardware
+        self.best = {} if folder.is_empty() else {
+            tvm_ffi.structural_hash(workload.mod): ms for workload, ms in best_records(folder).values()}
+        self.scale = RecordIndex.of(folder).scales(hardware)
+
+    def price(self, mod: tvm.IRModule) -> list[PricedKernel]:
+        """Every kernel `mod` lowers to, priced (calls x latency), with where each price came from."""
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        from .profiles import profiles_of
+
+        lowered = measure.kernel_stage(mod, self.target, None)
+        out = []
+        for p in profiles_of(lowered):
+            func = lowered[p.name]
+            shapes = tuple(tuple(int(d) for d in a.shape) for a in ArgInfo.from_prim_func(func))
+            ms = self.best.get(workload_key(func))
+            if ms is not None:
+                out.append(PricedKernel(p.kind, p.flops, shapes, p.calls * ms, "record"))
+                continue
+            gemm = kernel_gemm_shape(shapes, p.flops) if p.kind == "matmul" else None
+            ms = self.hardware.time_ms(p.flops, p.nbytes, p.kind, gemm) * self.scale.get(p.kind, self.scale[None])
+            out.append(PricedKernel(p.kind, p.flops, shapes, p.calls * ms, "roofline"))
+        return out
+
+    def __call__(self, mod: tvm.IRModule) -> float:
+        return sum(k.ms for k in self.price(mod))
