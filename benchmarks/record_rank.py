@@ -24,7 +24,7 @@ from scipy.stats import kendalltau  # noqa: E402
 from tvm_rl.graph.calibration import recorded_proxy  # noqa: E402
 from tvm_rl.graph.fingerprint import same_graph  # noqa: E402
 from tvm_rl.graph.profiles import graph_roofline_ms  # noqa: E402
-from tvm_rl.graph.record_cost import RecordCost, RecordIndex  # noqa: E402
+from tvm_rl.graph.record_cost import RecordCost, RecordIndex, coverage  # noqa: E402
 
 PRICES = ("proxy_ms", "record_ms")
 
@@ -66,7 +66,7 @@ def rank_rows(graphs: dict[str, tvm.IRModule], measured: dict[str, float], proxy
         rows.append({"graph": key, "same_graph": [], "measured_ms": ms,
                      "proxy_ms": graph_roofline_ms(graphs[key], proxy),
                      "record_ms": sum(k.ms for k in priced),
-                     "coverage": sum(k.source == "record" for k in priced) / max(1, len(priced))})
+                     "coverage": coverage(priced)})
     return rows
 
 

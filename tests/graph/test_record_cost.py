@@ -40,10 +40,10 @@ def test_an_unseen_kernel_is_priced_on_the_databases_scale_for_its_kind():
                tuned("elementwise", 1e6, 10e-3, NCHW, NCHW)]
     cost = record_cost.RecordCost(record_cost.RecordIndex(kernels), hardware)
     assert cost.scale["conv"] == pytest.approx(3.0) and cost.scale[None] == pytest.approx(4.0)
-    assert cost.roofline_ms(FusedKernel(2e6, 0, "conv", None, ())) == pytest.approx(2e-3 * 3.0)
-    assert cost.roofline_ms(FusedKernel(2e6, 0, "matmul", None, ())) == pytest.approx(2e-3 * 4.0)  # no matmul: all
+    assert cost.roofline_ms(2e6, 0, "conv") == pytest.approx(2e-3 * 3.0)
+    assert cost.roofline_ms(2e6, 0, "matmul") == pytest.approx(2e-3 * 4.0)  # no matmul: all
     empty = record_cost.RecordCost(record_cost.RecordIndex([]), hardware)
-    assert empty.roofline_ms(FusedKernel(2e6, 0, "conv", None, ())) == pytest.approx(2e-3)
+    assert empty.roofline_ms(2e6, 0, "conv") == pytest.approx(2e-3)
 
 
 def test_fused_kernels_carry_the_shapes_of_what_they_read_and_write():

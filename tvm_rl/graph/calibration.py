@@ -59,19 +59,20 @@ def best_records(work_dir: TuningDatabase | str | os.PathLike) -> dict:
 
 def tuned_kernels(work_dir: TuningDatabase | str | os.PathLike) -> list[TunedKernel]:
     """Every workload of the JSON database in `work_dir` that has a successful measurement, at its best."""
-    from tvm.s_tir.analysis import estimate_tir_flops
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    return [tuned_kernel(workload, best_ms) for workload, best_ms in best_records(work_dir).values()]
 
-    out = []
-    for workload, best_ms in best_records(work_dir).values():
-        func = workload.mod["main"]
-        try:
-            flops = float(estimate_tir_flops(workload.mod))
-        except Exception:  # data-dependent loops: TVM cannot count them
-            flops = 0.0
-        shapes = tuple(tuple(int(d) for d in info.shape) for info in ArgInfo.from_prim_func(func))
-        out.append(TunedKernel(roofline.tir_kind(func), flops, profiles.prim_func_bytes(func), best_ms, shapes))
-    return out
+
+def tuned_kernel(workload, best_ms: float) -> TunedKernel:
+    """One workload of a database (`best_records`) with its best latency, as the fits read it."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    func = workload.mod["main"]
+    try:
+        flops = float(estimate_tir_flops(workload.mod))
+    except Exception:  # data-dependent loops: TVM cannot count them
+        flops = 0.0
+    return TunedKernel(roofline.tir_kind(func), flops, profiles.prim_func_bytes(func), best_ms,
+                       profiles.arg_shapes(func))
 
 
 def layout_pairs(kernels: list[TunedKernel]) -> list[tuple[TunedKernel, TunedKernel]]:
@@ -90,7 +91,7 @@ def tuned_gemms(kernels: list[TunedKernel]) -> list[tuple[gemm_cost.GemmShape, T
     """The tuned matmul kernels whose GEMM shape their buffers tell (`gemm_cost.kernel_gemm_shape`)."""
     out = []
     for k in kernels:
-        shape = gemm_cost.kernel_gemm_shape(k.shapes, k.flops) if k.kind == "matmul" else None
+        shape = gemm_cost.matmul_gemm(k.kind, k.shapes, k.flops)
         if shape is not None:
             out.append((shape, k))
     return out
@@ -181,7 +182,7 @@ def fit_error(model: roofline.Roofline, kernels: list[TunedKernel]) -> dict[str,
     """Median |predicted / measured - 1| per kind and over all: how far the fitted rooflines are off."""
     rel: dict[str, list[float]] = {}
     for k in kernels:
-        shape = gemm_cost.kernel_gemm_shape(k.shapes, k.flops) if k.kind == "matmul" else None
+        shape = gemm_cost.matmul_gemm(k.kind, k.shapes, k.flops)
         err = abs(model.time_ms(k.flops, k.nbytes, k.kind, shape) / k.best_ms - 1)
         rel.setdefault(k.kind, []).append(err)
         rel.setdefault("all", []).append(err)

@@ -57,6 +57,11 @@ def kernel_gemm_shape(shapes: Sequence[Sequence[int]], flops: float) -> GemmShap
     return shape
 
 
+def matmul_gemm(kind: str, shapes: Sequence[Sequence[int]], flops: float) -> GemmShape | None:
+    """`kernel_gemm_shape` of a kernel of `kind` "matmul"; None for every other kind."""
+    return kernel_gemm_shape(shapes, flops) if kind == "matmul" else None
+
+
 def features(shape: GemmShape) -> np.ndarray:
     """Log dimensions, their squares (rates saturate as a dimension grows) and misalignment flags."""
     logs = np.log2([shape.m, shape.n, shape.k, shape.batch]).astype(np.float64)

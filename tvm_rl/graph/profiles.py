@@ -52,6 +52,13 @@ def prim_func_bytes(func: tirx.PrimFunc) -> int:
                for info in ArgInfo.from_prim_func(func))
 
 
+def arg_shapes(func: tirx.PrimFunc) -> tuple[tuple[int, ...], ...]:
+    """The shapes of a kernel's buffer arguments, in argument order (inputs, then outputs)."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return tuple(tuple(int(d) for d in info.shape) for info in ArgInfo.from_prim_func(func))
+
+
 def kernel_profiles(mod: tvm.IRModule, target: tvm.target.Target | str,
                     database: DatabaseLike = None) -> list[KernelProfile]:
     """FLOPs (TVM's TIR estimate) and bytes of every kernel `mod` lowers to, with how often it is called."""

@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import tvm
-from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
 from .. import measure
 from ..database import DatabaseLike
-from .gemm_cost import kernel_gemm_shape
-from .profiles import graph_roofline_ms, profiles_of
+from .gemm_cost import matmul_gemm
+from .profiles import arg_shapes, graph_roofline_ms, profiles_of
 from .roofline import Roofline
 
 
@@ -42,8 +41,7 @@ def audit_kernels(mod: tvm.IRModule, target: tvm.target.Target | str, proxy: Roo
     timed = {k.name: k for k in measure.time_lowered_kernels(lowered, target, repeat)}
     out = []
     for p in profiles_of(lowered):
-        shapes = [tuple(int(d) for d in a.shape) for a in ArgInfo.from_prim_func(lowered[p.name])]
-        gemm = kernel_gemm_shape(shapes, p.flops) if p.kind == "matmul" else None
+        gemm = matmul_gemm(p.kind, arg_shapes(lowered[p.name]), p.flops)
         out.append(KernelAudit(p.name, p.kind, p.calls, p.flops, p.nbytes,
                                proxy.time_ms(p.flops, p.nbytes, p.kind, gemm), timed[p.name].timing.median_ms))
     return out

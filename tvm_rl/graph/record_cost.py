@@ -36,11 +36,22 @@ import tvm_ffi
 
 from .. import measure
 from ..database import DatabaseLike, TuningDatabase
-from .gemm_cost import kernel_gemm_shape
+from .gemm_cost import matmul_gemm
 from .profiles import FusedKernel, fused_groups
 from .roofline import Roofline
 
 ShapeKey = tuple[tuple[int, ...], ...]
+
+
+def _best_records(database: DatabaseLike) -> dict:
+    """`calibration.best_records` of a database folder ({} for one with no records); ValueError naming what was
+    given when it is no folder."""
+    from .calibration import best_records
+
+    folder = TuningDatabase.of(database)
+    if folder is None:
+        raise ValueError(f"pricing by tuning records needs a database folder, not {database!r}")
+    return {} if folder.is_empty() else best_records(folder)
 
 
 def shape_key(shapes: Sequence[tuple[int, ...] | None]) -> ShapeKey | None:
@@ -74,12 +85,9 @@ class RecordIndex:
     @classmethod
     def of(cls, database: DatabaseLike) -> RecordIndex:
         """The index of a database folder's tuned kernels; ValueError naming it when it is no folder."""
-        from .calibration import tuned_kernels
+        from .calibration import tuned_kernel
 
-        folder = TuningDatabase.of(database)
-        if folder is None:
-            raise ValueError(f"pricing by tuning records needs a database folder, not {database!r}")
-        return cls(tuned_kernels(folder) if not folder.is_empty() else [])
+        return cls([tuned_kernel(w, ms) for w, ms in _best_records(database).values()])
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.by_shapes.values())
@@ -90,8 +98,7 @@ class RecordIndex:
         ratios: dict[str, list[float]] = defaultdict(list)
         for found in self.by_shapes.values():
             for k in found:
-                gemm = kernel_gemm_shape(k.shapes, k.flops) if k.kind == "matmul" else None
-                price = hardware.time_ms(k.flops, k.nbytes, k.kind, gemm)
+                price = hardware.time_ms(k.flops, k.nbytes, k.kind, matmul_gemm(k.kind, k.shapes, k.flops))
                 if price > 0 and k.best_ms > 0:
                     ratios[k.kind].append(k.best_ms / price)
         every = [r for rs in ratios.values() for r in rs]
@@ -115,18 +122,41 @@ class RecordIndex:
         return min(found, key=distance)
 
 
-class RecordCost:
+def coverage(priced: Sequence[PricedKernel]) -> float:
+    """The share of kernels priced by a record (1.0 for none: the database has tuned every one)."""
+    return sum(k.source == "record" for k in priced) / len(priced) if priced else 1.0
+
+
+class _RecordPricing:
+    """What both record prices share: a kernel the database has not tuned priced by the roofline on the
+    database's scale for its kind (`RecordIndex.scales`), and a graph's price as the sum of its kernels'."""
+
+    hardware: Roofline
+    scale: dict[str | None, float]
+
+    def price(self, mod: tvm.IRModule) -> list[PricedKernel]:
+        raise NotImplementedError
+
+    def roofline_ms(self, flops: float, nbytes: float, kind: str, gemm=None) -> float:
+        """An unseen kernel's price: the roofline's, on the database's scale for its kind."""
+        return self.hardware.time_ms(flops, nbytes, kind, gemm) * self.scale.get(kind, self.scale[None])
+
+    def __call__(self, mod: tvm.IRModule) -> float:
+        return sum(k.ms for k in self.price(mod))
+
+    def coverage(self, mod: tvm.IRModule) -> float:
+        """The share of `mod`'s kernels priced by a record (`coverage`)."""
+        return coverage(self.price(mod))
+
+
+class RecordCost(_RecordPricing):
     """CostFn (IRModule -> ms): each predicted kernel at its tuning record's best time where `index` holds it,
-    else at `hardware`'s roofline price times its kind's scale (`RecordIndex.scales`). Use `record_cost` for a
-    memoised one built from a database."""
+    else at `hardware`'s roofline price times its kind's scale. Use `record_cost` for a memoised one built from a
+    database."""
 
     def __init__(self, index: RecordIndex, hardware: Roofline) -> None:
         self.index, self.hardware = index, hardware
         self.scale = index.scales(hardware)
-
-    def roofline_ms(self, k: FusedKernel) -> float:
-        """An unseen kernel's price: the roofline's, on the database's scale for its kind."""
-        return self.hardware.time_ms(k.flops, k.nbytes, k.kind, k.gemm) * self.scale.get(k.kind, self.scale[None])
 
     def price(self, mod: tvm.IRModule) -> list[PricedKernel]:
         """Every kernel `mod` will run, priced, with where each price came from."""
@@ -136,16 +166,9 @@ class RecordCost:
             if hit is not None:
                 out.append(PricedKernel(k.kind, k.flops, k.shapes, hit.best_ms, "record"))
             else:
-                out.append(PricedKernel(k.kind, k.flops, k.shapes, self.roofline_ms(k), "roofline"))
+                out.append(PricedKernel(k.kind, k.flops, k.shapes,
+                                        self.roofline_ms(k.flops, k.nbytes, k.kind, k.gemm), "roofline"))
         return out
-
-    def __call__(self, mod: tvm.IRModule) -> float:
-        return sum(k.ms for k in self.price(mod))
-
-    def coverage(self, mod: tvm.IRModule) -> float:
-        """The share of `mod`'s kernels priced by a record (1.0: the database has tuned every one)."""
-        priced = self.price(mod)
-        return sum(k.source == "record" for k in priced) / len(priced) if priced else 1.0
 
 
 def record_cost(database: DatabaseLike, hardware: Roofline | None = None,
@@ -180,42 +203,33 @@ def workload_key(func) -> int:
     return tvm_ffi.structural_hash(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
 
 
-class LoweredRecordCost:
+class LoweredRecordCost(_RecordPricing):
     """CostFn (IRModule -> ms): `mod` lowered as the build lowers it (`measure.kernel_stage`) and every kernel priced
     by the best record of exactly that kernel (its structural hash, as the database keys it), calls times, else by
     the roofline on the database's scale for its kind. Sound where `RecordCost` is not (no kernel is taken for
     another over the same shapes), and slower: a lowering per graph priced."""
 
     def __init__(self, database: DatabaseLike, hardware: Roofline, target: tvm.target.Target | str) -> None:
-        from .calibration import best_records
+        from .calibration import tuned_kernel
 
-        folder = TuningDatabase.of(database)
-        if folder is None:
-            raise ValueError(f"pricing by tuning records needs a database folder, not {database!r}")
+        best = _best_records(database)  # read once: the exact keys and the scales both come from it
         self.target, self.hardware = measure.parse_target(target), hardware
-        self.best = {} if folder.is_empty() else {
-            tvm_ffi.structural_hash(workload.mod): ms for workload, ms in best_records(folder).values()}
-        self.scale = RecordIndex.of(folder).scales(hardware)
+        self.best = {tvm_ffi.structural_hash(workload.mod): ms for workload, ms in best.values()}
+        self.scale = RecordIndex([tuned_kernel(w, ms) for w, ms in best.values()]).scales(hardware)
 
     def price(self, mod: tvm.IRModule) -> list[PricedKernel]:
         """Every kernel `mod` lowers to, priced (calls x latency), with where each price came from."""
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-        from .profiles import profiles_of
+        from .profiles import arg_shapes, profiles_of
 
         lowered = measure.kernel_stage(mod, self.target, None)
         out = []
         for p in profiles_of(lowered):
             func = lowered[p.name]
-            shapes = tuple(tuple(int(d) for d in a.shape) for a in ArgInfo.from_prim_func(func))
+            shapes = arg_shapes(func)
             ms = self.best.get(workload_key(func))
             if ms is not None:
                 out.append(PricedKernel(p.kind, p.flops, shapes, p.calls * ms, "record"))
-                continue
-            gemm = kernel_gemm_shape(shapes, p.flops) if p.kind == "matmul" else None
-            ms = self.hardware.time_ms(p.flops, p.nbytes, p.kind, gemm) * self.scale.get(p.kind, self.scale[None])
-            out.append(PricedKernel(p.kind, p.flops, shapes, p.calls * ms, "roofline"))
+            else:
+                ms = self.roofline_ms(p.flops, p.nbytes, p.kind, matmul_gemm(p.kind, shapes, p.flops))
+                out.append(PricedKernel(p.kind, p.flops, shapes, p.calls * ms, "roofline"))
         return out
-
-    def __call__(self, mod: tvm.IRModule) -> float:
-        return sum(k.ms for k in self.price(mod))
