@@ -18,17 +18,8 @@ from tvm_rl.graph.fingerprint import same_graph
 from tvm_rl.graph.imitation import demonstrations, greedy_row, imitate
 from tvm_rl.graph.observation import Decision, decision_from_observation
 from tvm_rl.graph.rewrite_pass import RLRewritePass
-from tvm_rl.graph.train import (
-    Batch,
-    Episode,
-    TrainConfig,
-    make_env,
-    play,
-    ppo_loss,
-    ppo_update,
-    scale_rewards,
-    train,
-)
+from tvm_rl.graph.train import TrainConfig, make_env, play, train
+from tvm_rl.graph.train_update import Batch, Episode, ppo_loss, ppo_params, ppo_update, scale_rewards
 from tvm_rl.graph.verify import compare_variants
 
 
@@ -200,8 +191,8 @@ def test_training_checks_target_kl_where_kl_stop_says(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(train_module, "train", lambda config: seen.setdefault("config", config))
     train_module.main(["--models", "squeezenet1_1", "--target-kl", "0.02", "--kl-stop", "step"])
-    assert train_module.ppo_params(seen["config"]).kl_stop == "step"
-    assert train_module.ppo_params(TrainConfig()).kl_stop == "epoch"  # CleanRL's, as before the flag
+    assert ppo_params(seen["config"]).kl_stop == "step"
+    assert ppo_params(TrainConfig()).kl_stop == "epoch"  # CleanRL's, as before the flag
     with pytest.raises(ValueError, match="--kl-stop must be 'epoch' or 'step', got 'batch'"):
         train(TrainConfig(models=("squeezenet1_1",), kl_stop="batch", work_dir=str(tmp_path)), progress=False)
 

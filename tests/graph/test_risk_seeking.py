@@ -11,7 +11,8 @@ from tvm_rl.graph import testing as T
 from tvm_rl.graph.agent import GraphActorCritic, PolicyConfig
 from tvm_rl.graph.env import GraphRewriteEnv
 from tvm_rl.graph.risk_seeking import risk_seeking_advantages
-from tvm_rl.graph.train import TrainConfig, play, ppo_params, ppo_update, train
+from tvm_rl.graph.train import TrainConfig, play, train
+from tvm_rl.graph.train_update import ppo_params, ppo_update
 
 
 def fake(model: str, speedup: float, steps: int = 2) -> SimpleNamespace:

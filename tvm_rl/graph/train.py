@@ -16,7 +16,7 @@ import argparse
 import importlib
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -25,16 +25,14 @@ import torch
 
 from ..errors import CheckpointError, UnknownModelError, exit_code
 from ..interrupt import interrupt_pending
-from ..rl.ppo import KL_STOPS, Evaluate, PPOParams, gae
-from ..rl.ppo import ppo_loss as rl_ppo_loss
-from ..rl.ppo import ppo_update as rl_ppo_update
+from ..rl.ppo import KL_STOPS
 from .agent import GraphActorCritic, PolicyConfig
 from .imitation import demonstrations, imitate
-from .observation import Decision, FeatureSpec, decision_from_observation
-from .risk_seeking import risk_seeking_advantages
+from .observation import FeatureSpec, decision_from_observation
 from .rules import all_rules, with_all_matches
 from .train_files import load_checkpoint, plain_rows, plot_training, write_csv
 from .train_pool import open_pool, play_in_pool, stop_workers
+from .train_update import Episode, ppo_update, scale_rewards
 
 
 @dataclass
@@ -94,24 +92,6 @@ class TrainConfig:
     snapshot_every: int = 0  # also keep policy_iterNNNN.pt every this many iterations, for a learning curve (0: no)
     # Python modules imported first, in every worker too, so models they add with `models.register` exist there.
     model_modules: tuple[str, ...] = ()
-
-
-@dataclass
-class Episode:
-    """What one episode leaves for the update: decisions, rows chosen, their log-probs, values, rewards."""
-
-    model: str
-    decisions: list[Decision] = field(default_factory=list)
-    rows: list[int] = field(default_factory=list)
-    logps: list[float] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    speedup: float = 1.0
-    applied: list[str] = field(default_factory=list)
-
-    @property
-    def ret(self) -> float:
-        return float(sum(self.rewards))
 
 
 def import_model_modules(modules: Sequence[str]) -> None:
@@ -180,68 +160,6 @@ def play(env, policy: GraphActorCritic, rng: np.random.Generator, model: str = "
     return ep
 
 
-def advantages(ep: Episode, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
-    """GAE(lambda) advantages and returns of one finished episode (the horizon ends it: no bootstrap)."""
-    n = len(ep.rewards)
-    terminals = np.zeros(n)
-    terminals[-1:] = 1.0
-    # In double precision, stored as float32: the precision the episode's values were recorded in.
-    adv = gae(np.asarray(ep.rewards, np.float64), np.asarray(ep.values, np.float64), 0.0, terminals,
-              gamma, lam).astype(np.float32)
-    return adv, adv + np.asarray(ep.values, np.float32)
-
-
-@dataclass
-class Batch:
-    """The decisions of some episodes with what PPO needs of each: row taken, its old log-prob, advantage, return
-    and the value the critic gave it when the episode was played."""
-
-    decisions: list[Decision]
-    rows: torch.Tensor
-    old_logp: torch.Tensor
-    adv: torch.Tensor
-    ret: torch.Tensor
-    values: torch.Tensor | None = None
-
-    @classmethod
-    def of(cls, episodes: Sequence[Episode], gamma: float, lam: float,
-           step_advantages: Sequence[np.ndarray] | None = None) -> "Batch":
-        """GAE advantages and returns, or `step_advantages` (one array per episode) in place of GAE's advantages;
-        the critic's targets are GAE's returns either way."""
-        adv_ret = [advantages(ep, gamma, lam) for ep in episodes]
-        adv = step_advantages if step_advantages is not None else [a for a, _ in adv_ret]
-        return cls([d for ep in episodes for d in ep.decisions], torch.tensor([r for ep in episodes for r in ep.rows]),
-                   torch.tensor([p for ep in episodes for p in ep.logps]),
-                   torch.from_numpy(np.concatenate(adv)),
-                   torch.from_numpy(np.concatenate([r for _, r in adv_ret])),
-                   torch.tensor([v for ep in episodes for v in ep.values]))
-
-    def evaluator(self, policy: GraphActorCritic) -> Evaluate:
-        """(log-prob of the row taken, entropy, value) of decisions `idx` under `policy`'s current weights."""
-        def evaluate(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            logp, logp_all, owner, values = policy.chosen_log_probs([self.decisions[i] for i in idx.tolist()],
-                                                                    self.rows[idx])
-            entropy = -torch.zeros(len(idx)).index_add_(0, owner, logp_all.exp() * logp_all)
-            return logp, entropy, values
-        return evaluate
-
-
-RETURN_FLOOR = 1.0  # % of RT[0]: a model with nothing to gain is not blown up to the target scale
-
-
-def scale_rewards(episodes: Sequence[Episode], stats: dict[str, list[float]], target: float) -> None:
-    """Add `episodes`' returns to `stats` (model -> [sum of returns, episodes]) and scale each episode's rewards
-    in place by target / its model's running mean return (at least RETURN_FLOOR). Speedups are left as they are."""
-    for ep in episodes:
-        total = stats.setdefault(ep.model, [0.0, 0.0])
-        total[0] += ep.ret
-        total[1] += 1
-    for ep in episodes:
-        total = stats[ep.model]
-        scale = target / max(abs(total[0]) / total[1], RETURN_FLOOR)
-        ep.rewards = [r * scale for r in ep.rewards]
-
-
 def initial_weights(policy: GraphActorCritic, config: TrainConfig) -> None:
     """Load `config.init_policy`'s weights into `policy`; ValueError naming the flag when its sizes differ."""
     start = GraphActorCritic.load(config.init_policy)
@@ -250,37 +168,6 @@ def initial_weights(policy: GraphActorCritic, config: TrainConfig) -> None:
         raise ValueError(f"--init-policy {config.init_policy} has network sizes {asdict(start.config)}; this run's "
                          f"are {asdict(want)}: pass the same --hidden / --gat-layers / --heads")
     policy.load_state_dict(start.state_dict())
-
-
-def ppo_params(config: TrainConfig) -> PPOParams:
-    """The shared PPO core's settings for graph training: minibatches of `config.minibatch` decisions."""
-    # Risk-seeking advantages are all positive and already scaled per model: centring them would push the policy
-    # away from the least of the episodes it is meant to move towards.
-    return PPOParams.from_config(config, split="size", normalize_advantages=config.risk_epsilon <= 0)
-
-
-def ppo_loss(policy: GraphActorCritic, batch: Batch, idx: torch.Tensor, config: TrainConfig
-             ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped PPO objective (+ value loss - entropy bonus) on decisions `idx` of `batch`."""
-    logp, entropy, values = batch.evaluator(policy)(idx)
-    return rl_ppo_loss(logp, entropy, values, batch.old_logp[idx], batch.adv[idx], batch.ret[idx],
-                       ppo_params(config))
-
-
-def ppo_update(policy: GraphActorCritic, optimizer: torch.optim.Optimizer, episodes: Sequence[Episode],
-               config: TrainConfig, rng: np.random.Generator) -> dict[str, float]:
-    """`epochs` passes of clipped PPO over all decisions of `episodes` (with `config.risk_epsilon`, of the best
-    of them); returns the update's diagnostics (losses, entropy, approx_kl, clipfrac: means over its minibatches;
-    explained_variance of the critic). On a model where no episode was better than the others, only the entropy
-    bonus and the critic learn (`risk_seeking.risk_seeking_advantages`)."""
-    step_advantages = None
-    if config.risk_epsilon > 0:
-        chosen = [(ep, adv) for ep, adv in zip(episodes, risk_seeking_advantages(episodes, config.risk_epsilon))
-                  if adv is not None]
-        episodes, step_advantages = [ep for ep, _ in chosen], [adv for _, adv in chosen]
-    batch = Batch.of(episodes, config.gamma, config.gae_lambda, step_advantages)
-    return rl_ppo_update(batch.evaluator(policy), policy.parameters(), optimizer, batch.old_logp, batch.adv,
-                         batch.ret, ppo_params(config), rng, old_values=batch.values).as_dict()
 
 
 def train(config: TrainConfig, progress: bool = True) -> GraphActorCritic:

@@ -14,7 +14,8 @@ from tqdm import tqdm
 
 if TYPE_CHECKING:
     from .observation import FeatureSpec
-    from .train import Episode, TrainConfig
+    from .train import TrainConfig
+    from .train_update import Episode
 
 _WORKER_ENVS: dict = {}
 
