@@ -3,7 +3,7 @@ import pytest
 import tvm_ffi
 
 from tvm_rl import tuned_cost
-from tvm_rl.database import TuningDatabase, open_database
+from tvm_rl.database import RECORDS, TuningDatabase, open_database
 from tvm_rl.graph import testing
 
 
@@ -28,10 +28,16 @@ def test_best_of_seeds_tunes_each_seed_apart_and_builds_with_the_best_record(cpu
     # Per kernel, the merge holds the better of the two seeds' records: the one a build takes.
     per_seed = [_best_ms(db.open()) for db in seeds]
     assert _best_ms(merged) == {k: min(p[k] for p in per_seed if k in p) for k in set().union(*per_seed)}
-    # Again: nothing is tuned anew, and refreshing the merge does not commit its sources' records twice.
+    # Again: nothing is tuned anew, so the merge is left as it was (not rewritten); a refresh does not commit its
+    # sources' records twice.
     counts = [db.record_count() for db in seeds]
+    merge_file = tmp_path / RECORDS
+    written = (merge_file.stat().st_ino, merge_file.stat().st_mtime_ns)  # a rewrite moves a new file in
     tune(mod)
     assert [TuningDatabase(db.path).record_count() for db in seeds] == counts
+    assert (merge_file.stat().st_ino, merge_file.stat().st_mtime_ns) == written
+    merge_file.unlink()  # a merge lost (say, a run killed mid-move) is rebuilt from the seeds
+    tune(mod)
     assert len(open_database(tmp_path).get_all_tuning_records()) == sum(counts)
 
 
