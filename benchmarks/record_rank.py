@@ -5,10 +5,11 @@
 --graphs: the graphs `benchmarks/graph_rl.py --save-graphs` wrote (DIR/<arm>@<seed>.relax.json, original).
 --measured: graph_rl.py JSONs whose measured runs timed those graphs, each paired with the --database its builds
 used (same order). Per measured run: every graph's measured ms, the proxy's price (recorded in --proxy-from, else
-the measured JSON's own "proxy") and the price by that database's records (`graph.record_cost`: a kernel's best
-record where the database has it, the proxy elsewhere), with the share of kernels priced by a record; then, per
-price, the share of distinct graphs' pairs it orders as measured (pairs measured within 1% are left out) and
-Kendall's tau.
+the measured JSON's own "proxy") and two prices by that database's records (`graph.record_cost`: a kernel's best
+record where the database has it, the roofline elsewhere): `RecordCost`, kernels matched by their tensors' shapes
+without lowering, and `LoweredRecordCost`, the graph lowered as its build was and each kernel looked up exactly;
+with the share of kernels each priced by a record; then, per price, the share of distinct graphs' pairs it orders
+as measured (pairs measured within 1% are left out) and Kendall's tau.
 """
 import argparse
 import json
@@ -24,9 +25,9 @@ from scipy.stats import kendalltau  # noqa: E402
 from tvm_rl.graph.calibration import recorded_proxy  # noqa: E402
 from tvm_rl.graph.fingerprint import same_graph  # noqa: E402
 from tvm_rl.graph.profiles import graph_roofline_ms  # noqa: E402
-from tvm_rl.graph.record_cost import RecordCost, RecordIndex, coverage  # noqa: E402
+from tvm_rl.graph.record_cost import LoweredRecordCost, RecordCost, RecordIndex, coverage  # noqa: E402
 
-PRICES = ("proxy_ms", "record_ms")
+PRICES = ("proxy_ms", "record_ms", "exact_ms")
 
 
 def measured_graphs(path: Path, model: str) -> dict[str, float]:
@@ -50,10 +51,13 @@ def pair_agreement(rows: list[dict], price: str, tie: float = 0.01) -> tuple[int
     return agree, total
 
 
-def rank_rows(graphs: dict[str, tvm.IRModule], measured: dict[str, float], proxy, database: str) -> list[dict]:
-    """One row per distinct graph that was measured: its measured ms, proxy price, record price and record
-    coverage, and the runs that found the same graph (one build of it was timed for all)."""
+def rank_rows(graphs: dict[str, tvm.IRModule], measured: dict[str, float], proxy, database: str,
+              target: str) -> list[dict]:
+    """One row per distinct graph that was measured: its measured ms, its prices by the proxy, by the records
+    matched by shapes and exactly (`target`: what the builds were lowered for), each record price's coverage, and
+    the runs that found the same graph (one build of it was timed for all)."""
     cost = RecordCost(RecordIndex.of(database), proxy)
+    exact = LoweredRecordCost(database, proxy, target)
     rows: list[dict] = []
     for key, ms in measured.items():
         if key not in graphs:
@@ -62,11 +66,11 @@ def rank_rows(graphs: dict[str, tvm.IRModule], measured: dict[str, float], proxy
         if twin is not None:
             twin["same_graph"].append(key)
             continue
-        priced = cost.price(graphs[key])
+        priced, lowered = cost.price(graphs[key]), exact.price(graphs[key])
         rows.append({"graph": key, "same_graph": [], "measured_ms": ms,
                      "proxy_ms": graph_roofline_ms(graphs[key], proxy),
-                     "record_ms": sum(k.ms for k in priced),
-                     "coverage": coverage(priced)})
+                     "record_ms": sum(k.ms for k in priced), "coverage": coverage(priced),
+                     "exact_ms": sum(k.ms for k in lowered), "exact_coverage": coverage(lowered)})
     return rows
 
 
@@ -101,14 +105,16 @@ def main() -> None:
               "model": model, "runs": {}}
     for measured_path, database in zip(args.measured, args.database):
         proxy = recorded_proxy(args.proxy_from or measured_path)
-        rows = rank_rows(graphs, measured_graphs(Path(measured_path), model), proxy, database)
+        target = json.loads(Path(measured_path).read_text())["models"][model]["run"]["settings"]["target"]
+        rows = rank_rows(graphs, measured_graphs(Path(measured_path), model), proxy, database, target)
         result["runs"][measured_path] = {"database": database, "rows": rows, "summary": summary(rows)}
         print(f"\n{measured_path} (built with {database})")
-        print("| graph | measured ms | proxy ms | records ms | kernels priced by a record |\n|---|---|---|---|---|")
+        print("| graph | measured ms | proxy ms | records ms (by shapes) | kernels priced by a record | records ms "
+              "(exact) | kernels priced by a record |\n|---|---|---|---|---|---|---|")
         for r in sorted(rows, key=lambda r: r["measured_ms"]):
             names = " = ".join([r["graph"], *r["same_graph"]])
             print(f"| {names} | {r['measured_ms']:.2f} | {r['proxy_ms']:.2f} | {r['record_ms']:.2f} | "
-                  f"{r['coverage']:.0%} |")
+                  f"{r['coverage']:.0%} | {r['exact_ms']:.2f} | {r['exact_coverage']:.0%} |")
         for price, s in result["runs"][measured_path]["summary"].items():
             tau = "n/a" if s["kendall_tau"] is None else f"{s['kendall_tau']:.2f}"
             print(f"{price}: orders {s['pairs_agree']} of {s['pairs']} pairs as measured; Kendall tau {tau}")
