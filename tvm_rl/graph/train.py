@@ -1,4 +1,4 @@
-"""PPO training of the graph rewrite policy, readable top to bottom (CleanRL's single-file style).
+"""PPO training of the graph rewrite policy, readable top to bottom (CleanRL's style; the update is `train_update`).
 
     python -m tvm_rl.graph.train --models bert resnet18 --iterations 30 --work-dir logs/graph_train
 
