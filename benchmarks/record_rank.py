@@ -30,11 +30,12 @@ from tvm_rl.graph.record_cost import LoweredRecordCost, RecordCost, RecordIndex,
 PRICES = ("proxy_ms", "record_ms", "exact_ms")
 
 
-def measured_graphs(path: Path, model: str) -> dict[str, float]:
-    """{graph key: measured ms} of one graph_rl.py JSON's measured run of `model` (the original included)."""
-    entry = json.loads(path.read_text())["models"][model]["measured"]
-    out = {"original": entry["original_ms"]}
-    for arm, rows in entry["runs"].items():
+def measured_graphs(entry: dict) -> dict[str, float]:
+    """{graph key: measured ms} of one model's entry in a graph_rl.py JSON, from its measured run (the original
+    included)."""
+    measured = entry["measured"]
+    out = {"original": measured["original_ms"]}
+    for arm, rows in measured["runs"].items():
         for row in rows:
             out[f"{arm}@{row['seed']}"] = row["latency_ms"]
     return out
@@ -105,8 +106,8 @@ def main() -> None:
               "model": model, "runs": {}}
     for measured_path, database in zip(args.measured, args.database):
         proxy = recorded_proxy(args.proxy_from or measured_path)
-        target = json.loads(Path(measured_path).read_text())["models"][model]["run"]["settings"]["target"]
-        rows = rank_rows(graphs, measured_graphs(Path(measured_path), model), proxy, database, target)
+        entry = json.loads(Path(measured_path).read_text())["models"][model]
+        rows = rank_rows(graphs, measured_graphs(entry), proxy, database, entry["run"]["settings"]["target"])
         result["runs"][measured_path] = {"database": database, "rows": rows, "summary": summary(rows)}
         print(f"\n{measured_path} (built with {database})")
         print("| graph | measured ms | proxy ms | records ms (by shapes) | kernels priced by a record | records ms "

@@ -39,13 +39,6 @@ def database_tuner(target, work_dir: str | Path, trials_per_kernel: int,
     return lambda mod: tune_model(mod, target, work_dir, trials_per_kernel=trials_per_kernel, **tune_options)[0]
 
 
-def _stat(path: Path):
-    try:
-        return path.stat()
-    except FileNotFoundError:
-        return None
-
-
 def seed_folder(work_dir: str | Path, seed: int) -> Path:
     """Where `best_of_seeds_tuner` tunes with `seed`: `<work_dir>/seed<seed>`."""
     return Path(work_dir) / f"seed{seed}"
@@ -57,7 +50,7 @@ def best_of_seeds_tuner(target, work_dir: str | Path, trials_per_kernel: int, se
     (`seed_folder`), `work_dir` then refreshed as their merge: every kernel built with the best record any seed
     found. A few trials per kernel leave some kernels badly tuned, and which ones depends on the seed (a re-tune
     at 16 trials moved a rewritten graph by a third), so comparing graphs needs more than one tuning."""
-    from .database import RECORDS, merge_databases, open_database
+    from .database import TuningDatabase, merge_databases, open_database
 
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"tune seeds must be distinct and at least one, not {list(seeds)}")
@@ -65,15 +58,17 @@ def best_of_seeds_tuner(target, work_dir: str | Path, trials_per_kernel: int, se
     tuners = [database_tuner(target, folder, trials_per_kernel, seed=seed, **tune_options)
               for folder, seed in zip(folders, seeds)]
 
+    records = [TuningDatabase(folder).records_path for folder in folders]
+
     def records_state() -> list[tuple[int, int] | None]:
-        return [(st.st_size, st.st_mtime_ns) if (st := _stat(Path(f) / RECORDS)) else None for f in folders]
+        return [(p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else None for p in records]
 
     def tune(mod: tvm.IRModule) -> tvm.s_tir.meta_schedule.Database:
         before = records_state()
         for tune_one in tuners:
             tune_one(mod)
         # Re-merging reads every seed's records: skipped when no seed tuned anything new for this graph.
-        if records_state() != before or not (Path(work_dir) / RECORDS).exists():
+        if records_state() != before or TuningDatabase(work_dir).is_empty():
             merge_databases(work_dir, folders, replace=True)
         return open_database(work_dir)
 

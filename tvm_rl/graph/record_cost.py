@@ -85,9 +85,14 @@ class RecordIndex:
     @classmethod
     def of(cls, database: DatabaseLike) -> RecordIndex:
         """The index of a database folder's tuned kernels; ValueError naming it when it is no folder."""
+        return cls.of_best(_best_records(database))
+
+    @classmethod
+    def of_best(cls, best: dict) -> RecordIndex:
+        """The index of a database's best records as `calibration.best_records` gives them."""
         from .calibration import tuned_kernel
 
-        return cls([tuned_kernel(w, ms) for w, ms in _best_records(database).values()])
+        return cls([tuned_kernel(w, ms) for w, ms in best.values()])
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.by_shapes.values())
@@ -210,12 +215,10 @@ class LoweredRecordCost(_RecordPricing):
     another over the same shapes), and slower: a lowering per graph priced."""
 
     def __init__(self, database: DatabaseLike, hardware: Roofline, target: tvm.target.Target | str) -> None:
-        from .calibration import tuned_kernel
-
         best = _best_records(database)  # read once: the exact keys and the scales both come from it
         self.target, self.hardware = measure.parse_target(target), hardware
         self.best = {tvm_ffi.structural_hash(workload.mod): ms for workload, ms in best.values()}
-        self.scale = RecordIndex([tuned_kernel(w, ms) for w, ms in best.values()]).scales(hardware)
+        self.scale = RecordIndex.of_best(best).scales(hardware)
 
     def price(self, mod: tvm.IRModule) -> list[PricedKernel]:
         """Every kernel `mod` lowers to, priced (calls x latency), with where each price came from."""
