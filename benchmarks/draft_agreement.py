@@ -26,9 +26,9 @@ from tvm.s_tir import meta_schedule as ms  # noqa: E402
 
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.tune.cost_model import shipped_model  # noqa: E402
+from tvm_rl.tune.cost_model.pretrained import PretrainedXGBModel  # noqa: E402
 from tvm_rl.tune.draft import DraftModel  # noqa: E402
 from tvm_rl.tune.knobs import make_context  # noqa: E402
-from tvm_rl.tune.pretrained import PretrainedXGBModel  # noqa: E402
 from tvm_rl.tune.search_strategy.ppo import PPOSearch  # noqa: E402
 from tvm_rl.tune.tasks import extract_tasks  # noqa: E402
 

@@ -3,11 +3,11 @@
 `python benchmarks/tuner_pair_stability.py --json logs/tuner_llvm_rocketlake.json --revisions 399277e 9303b38 ...`
 Every sitting of `benchmarks/tuner.py` re-times every run, and each committed revision of its JSON holds one
 sitting's re-timed latencies. For the runs present in every revision given (so new seeds cannot move anything),
-this prints, per ablation pair and revision, the four paired ratios `tune.bench_stats` computes: best latency at N,
-trials to the global target, trials to the pair's common level, and the best-so-far speedup averaged over 1..N,
+this prints, per ablation pair and revision, the four paired ratios `benchmarks.tuning.stats` computes: best latency
+at N, trials to the global target, trials to the pair's common level, and the best-so-far speedup averaged over 1..N,
 with how far each one's point estimate spread across the revisions; and the median trials to the paired baseline
 run's best at N. Writes --out (default logs/tuner_pair_stability_<json stem>.json). Reads only git and the JSON:
-seconds, no TVM.
+no measuring.
 """
 import argparse
 import json
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tvm_rl.tune import bench_stats  # noqa: E402
+from benchmarks.tuning import stats as bench_stats  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURES = [("ratio", "best latency"), ("trials_saving", "trials to target"),

@@ -20,11 +20,15 @@ compare with simulated annealing?
 """
 import argparse
 import collections
+import sys
 from pathlib import Path
 
-from tvm_rl import measure
-from tvm_rl.tune import benchmark, tune_workloads
-from tvm_rl.tune.tophub import load_tasks, tophub_dir
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the benchmark lives beside tvm_rl
+
+from benchmarks.tuning import benchmark  # noqa: E402
+from tvm_rl import measure  # noqa: E402
+from tvm_rl.tune import tune_workloads  # noqa: E402
+from tvm_rl.tune.tophub import load_tasks, tophub_dir  # noqa: E402
 
 ap = argparse.ArgumentParser(description="Tutorial (b): tuning TopHub kernels with PPOSearch")
 ap.add_argument("--quick", action="store_true", help="one small task, 8 trials, one seed (~2 min)")

@@ -18,7 +18,8 @@ from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
 from tvm_rl import measure
 from tvm_rl.errors import TargetError, TuningInterrupted, TvmRlError, UnknownModelError
 from tvm_rl.tune import corpus as C
-from tvm_rl.tune.corpus_command import main as corpus_main
+from tvm_rl.tune.corpus import build
+from tvm_rl.tune.corpus.command import main as corpus_main
 
 RECORD = ('{"input": ["cuda -model=v100", "batch_matmul.cuda", [["TENSOR", [1, 4, 20], "float32"], '
           '["TENSOR", [1, 4, 20], "float32"]], {}], "config": {}, "result": [[3e-06, 2e-06], 0, 1.0, 0], '
@@ -124,7 +125,7 @@ def test_bad_settings_and_targets_are_refused_before_measuring(tmp_path, cpu):
             C.build_corpus(work, "cuda", tmp_path / "gpu")
         assert not (tmp_path / "gpu").exists()
     other = C.Corpus(tmp_path / "other")
-    other.write_manifest({"format": C.FORMAT, "version": 1, "target": {"kind": "llvm", "mcpu": "cortex-a72"}})
+    other.write_manifest({"format": build.FORMAT, "version": 1, "target": {"kind": "llvm", "mcpu": "cortex-a72"}})
     with pytest.raises(C.CorpusError, match="was measured for target .*cortex-a72.*give another output folder"):
         C.build_corpus(work, cpu, other.path)
     (tmp_path / "foreign").mkdir()
@@ -207,14 +208,14 @@ def test_build_resume_and_manifest(tmp_path, cpu):
 
 
 def test_a_workload_that_fails_to_search_does_not_end_the_run(tmp_path, cpu, monkeypatch):
-    real = C._measure
+    real = build._measure
 
     def measure(workload, *args, **kwargs):
         if workload.name == "bad":
             raise RuntimeError("TVMError: cannot search this\nCheck failed: something")
         return real(workload, *args, **kwargs)
 
-    monkeypatch.setattr(C, "_measure", measure)
+    monkeypatch.setattr(build, "_measure", measure)
     lines: list[str] = []
     work = [C.Workload("bad", "test", matmul(12)), C.Workload("mm8", "test", matmul(8))]
     report = C.build_corpus(work, cpu, tmp_path, trials=2, random_fraction=1.0, per_iter=2, write=lines.append,

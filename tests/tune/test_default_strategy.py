@@ -5,8 +5,8 @@ When a rerun changes which arm is best, this test fails until `search_strategy.D
 import json
 from pathlib import Path
 
-from tvm_rl.tune.bench_stats import BASELINE
-from tvm_rl.tune.benchmark import default_arm
+from benchmarks.tuning.arms import default_arm
+from benchmarks.tuning.stats import BASELINE
 from tvm_rl.tune.search_strategy import DEFAULT, create, names
 
 RESULTS = Path(__file__).resolve().parents[2] / "logs" / "tuner_llvm.json"
@@ -70,7 +70,7 @@ def test_strategy_names_say_which_pick_ppo_search_uses():
 
 def test_benchmark_arms_keep_the_pick_they_were_pooled_with():
     """An arm's name means what it meant in the committed blocks, whatever PPOSearch's default becomes."""
-    from tvm_rl.tune.benchmark import _parser, make_arms
+    from benchmarks.tuning.benchmark import _parser, make_arms
 
     args = _parser("bench").parse_args([])
     args.cost_model_file, args.policy = "model.npz", None  # read only when an arm's cost model is made

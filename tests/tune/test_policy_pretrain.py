@@ -5,9 +5,10 @@ import torch
 from kernels import fake_corpus
 
 from tvm_rl.errors import TvmRlError
-from tvm_rl.tune import pretrained as P
 from tvm_rl.tune.agent import PPOAgent, PPOConfig
-from tvm_rl.tune.policy_pretrain import compare_walkers, pretrain_policy, select_workloads
+from tvm_rl.tune.corpus.policy_pretrain import compare_walkers, pretrain_policy, select_workloads
+from tvm_rl.tune.corpus.train import train_on_corpus
+from tvm_rl.tune.cost_model.pretrained import TrainConfig
 
 SMALL = PPOConfig(walks=8, max_steps=16, update_every=8, seed=0)
 
@@ -16,8 +17,8 @@ SMALL = PPOConfig(walks=8, max_steps=16, update_every=8, seed=0)
 def corpus_and_model(tmp_path_factory, cpu):
     path = tmp_path_factory.mktemp("policy_corpus")
     corpus = fake_corpus(path, cpu, sizes=(16, 32), per_workload=12)
-    model, _ = P.train_on_corpus(corpus, path / "cost_model.npz", P.TrainConfig(max_rounds=20, early_stopping=5),
-                                 write=lambda _: None)
+    model, _ = train_on_corpus(corpus, path / "cost_model.npz", TrainConfig(max_rounds=20, early_stopping=5),
+                               write=lambda _: None)
     return corpus, model
 
 
@@ -56,7 +57,7 @@ def test_walkers_are_compared_on_the_same_seed_without_learning(corpus_and_model
 
 
 def test_cli_trains_a_policy_and_compares_it(tmp_path, corpus_and_model, capsys):
-    from tvm_rl.tune.corpus_command import main as corpus_main
+    from tvm_rl.tune.corpus.command import main as corpus_main
 
     corpus, model = corpus_and_model
     policy = tmp_path / "policy.pt"
@@ -92,8 +93,11 @@ def _compare_rows(diffs_by_workload):
 
 
 def test_the_comparison_pairs_runs_and_uses_the_benchmarks_cluster_bootstrap():
-    from tvm_rl.tune.bench_stats import cluster_bootstrap
-    from tvm_rl.tune.policy_pretrain import compare_summary
+    from benchmarks.tuning import stats
+    from tvm_rl.tune.corpus.bootstrap import cluster_bootstrap
+    from tvm_rl.tune.corpus.policy_pretrain import compare_summary
+
+    assert stats.cluster_bootstrap is cluster_bootstrap  # one definition, the package's
 
     rows = _compare_rows((("a", [0.1, 0.1, 0.1]), ("b", [-0.1, -0.1, -0.1]), ("c", [0.05, -0.05, 0.3])))
     rows.append({"workload": "d", "seed": 0, "walker": "policy", "best": 0.9})  # no partner: not counted
@@ -111,7 +115,7 @@ def test_the_comparison_pairs_runs_and_uses_the_benchmarks_cluster_bootstrap():
 def test_the_comparison_keeps_a_workloads_seeds_together():
     """When every seed of a workload gives the same difference, only workloads vary: the interval cannot go past the
     best and worst workload; pooling runs across workloads would ignore that they share a design space."""
-    from tvm_rl.tune.policy_pretrain import compare_summary
+    from tvm_rl.tune.corpus.policy_pretrain import compare_summary
 
     s = compare_summary(_compare_rows((("a", [0.2] * 3), ("b", [-0.1] * 3), ("c", [0.0] * 3))), "best",
                         resamples=500)

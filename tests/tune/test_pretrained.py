@@ -1,5 +1,6 @@
-"""The pre-trained cost model: training on a corpus, its file (round trip, across processes, clear errors), the
-online model MetaSchedule drives, and the leave-one-workload-out evaluation. Synthetic data or a corpus written
+"""The pre-trained cost model: training on a corpus (`corpus.train`), its file (round trip, across processes, clear
+errors, loaded once per process), the online model MetaSchedule drives (`cost_model.pretrained`), and the
+leave-one-workload-out evaluation (`corpus.pretrained_eval`). Synthetic data or a corpus written
 without measuring (`kernels.fake_corpus`): seconds each."""
 import dataclasses
 import json
@@ -13,14 +14,17 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_rl.errors import TvmRlError
 from tvm_rl.tune import cost_model
-from tvm_rl.tune import pretrained as P
-from tvm_rl.tune import pretrained_eval as E
-from tvm_rl.tune.corpus_command import main as corpus_main
+from tvm_rl.tune.corpus import pretrained_eval as E
+from tvm_rl.tune.corpus import train as T
+from tvm_rl.tune.corpus.command import main as corpus_main
+from tvm_rl.tune.corpus.features import corpus_features
+from tvm_rl.tune.cost_model import features as F
+from tvm_rl.tune.cost_model import pretrained as P
 
 FAST = P.TrainConfig(max_rounds=40, early_stopping=10)
 
 
-def synthetic(n_workloads: int = 4, per: int = 24, seed: int = 0) -> list[P.WorkloadFeatures]:
+def synthetic(n_workloads: int = 4, per: int = 24, seed: int = 0) -> list[F.WorkloadFeatures]:
     """Workloads whose latency follows one hidden rule of the features (so there is something to transfer)."""
     rng = np.random.default_rng(seed)
     weights = rng.normal(size=164)
@@ -33,7 +37,7 @@ def synthetic(n_workloads: int = 4, per: int = 24, seed: int = 0) -> list[P.Work
             features.append(x)
             seconds.append(scale * np.exp(-x.sum(0)[:4] @ weights[:4]))  # a rule of a few features
         seconds[-1] = 1e10  # one failed schedule per workload
-        out.append(P.WorkloadFeatures(f"w{w}", features, np.array(seconds), key=str(w)))
+        out.append(F.WorkloadFeatures(f"w{w}", features, np.array(seconds), key=str(w)))
     return out
 
 
@@ -43,9 +47,9 @@ def corpus(tmp_path_factory, cpu):
 
 
 def test_targets_are_normalised_per_workload():
-    scores = P.normalized_scores(np.array([2e-3, 1e-3, 1e10, 4e-3]))
+    scores = F.normalized_scores(np.array([2e-3, 1e-3, 1e10, 4e-3]))
     assert scores.tolist() == pytest.approx([0.5, 1.0, 0.0, 0.25])
-    assert P.normalized_scores(np.array([1e10, 1e10])).tolist() == [0.0, 0.0]
+    assert F.normalized_scores(np.array([1e10, 1e10])).tolist() == [0.0, 0.0]
 
 
 def test_rank_metrics():
@@ -62,15 +66,16 @@ def test_rank_metrics():
 
 def test_save_load_round_trip_gives_identical_predictions(tmp_path):
     data = synthetic()
-    booster = P.train(data, FAST)
+    booster = T.train(data, FAST)
     path = P.save_model(booster, tmp_path / "model.npz", {"target_kind": "llvm", "workloads": ["w0"]})
     loaded, meta = P.load_model(path)
     probe = data[0].features
     assert np.array_equal(P.predict(booster, probe), P.predict(loaded, probe))
-    assert meta["target_kind"] == "llvm" and meta["extractor"] == P.EXTRACTOR and "xgboost" in meta
+    assert meta["target_kind"] == "llvm" and meta["extractor"] == F.EXTRACTOR and "xgboost" in meta
     # ... and in another process (the file holds no pickled objects: numpy arrays and JSON text).
     np.save(tmp_path / "probe.npy", np.concatenate(probe), allow_pickle=False)
-    code = ("import numpy as np, sys; from tvm_rl.tune import pretrained as P; b, _ = P.load_model(sys.argv[1]); "
+    code = ("import numpy as np, sys; from tvm_rl.tune.cost_model import pretrained as P; "
+            "b, _ = P.load_model(sys.argv[1]); "
             "x = np.load(sys.argv[2]); counts = [int(c) for c in sys.argv[3].split(',')]; "
             "parts = np.split(x, np.cumsum(counts)[:-1]); np.save(sys.argv[4], P.predict(b, parts))")
     counts = ",".join(str(len(x)) for x in probe)
@@ -103,14 +108,14 @@ def test_the_shipped_model_is_found_by_target_kind(tmp_path, monkeypatch):
     assert cost_model.default("llvm") == "xgb" == cost_model.from_spec(None)  # nothing shipped: MetaSchedule's
     with pytest.raises(P.PretrainedModelError, match="no pre-trained cost model is shipped for 'llvm'"):
         cost_model.from_spec("xgb-pretrained")
-    P.save_model(P.train(synthetic(), FAST), tmp_path / "cost_model_llvm.npz", {"target_kind": "llvm"})
+    P.save_model(T.train(synthetic(), FAST), tmp_path / "cost_model_llvm.npz", {"target_kind": "llvm"})
     assert cost_model.shipped_model("llvm") == tmp_path / "cost_model_llvm.npz"
     assert cost_model.create("xgb-pretrained").path == tmp_path / "cost_model_llvm.npz"
     assert cost_model.default("llvm").path == tmp_path / "cost_model_llvm.npz"  # shipped: the default
     assert cost_model.from_spec(None).path == tmp_path / "cost_model_llvm.npz"
     assert cost_model.default("cuda") == "xgb" and cost_model.from_spec("xgb") == "xgb"
     assert cost_model.from_spec("xgb-pretrained", target_kind="llvm").path == tmp_path / "cost_model_llvm.npz"
-    other = P.save_model(P.train(synthetic(seed=1), FAST), tmp_path / "mine.npz", {"target_kind": "llvm"})
+    other = P.save_model(T.train(synthetic(seed=1), FAST), tmp_path / "mine.npz", {"target_kind": "llvm"})
     assert cost_model.from_spec(str(other)).path == other
     assert cost_model.from_spec("random").__class__.__name__ == "RandomModel"
 
@@ -118,7 +123,7 @@ def test_the_shipped_model_is_found_by_target_kind(tmp_path, monkeypatch):
 def test_a_model_from_another_cpu_or_target_kind_is_named_once(tmp_path, caplog):
     import tvm
 
-    booster = P.train(synthetic(n_workloads=2, per=8), FAST)
+    booster = T.train(synthetic(n_workloads=2, per=8), FAST)
     path = P.save_model(booster, tmp_path / "model.npz",
                         {"target_kind": "llvm", "target": {"kind": "llvm", "mcpu": "znver5"}})
 
@@ -140,7 +145,7 @@ def test_a_model_from_another_cpu_or_target_kind_is_named_once(tmp_path, caplog)
 
 def test_refining_adds_trees_to_a_copy():
     data = synthetic()
-    base = P.train(data[1:], FAST)
+    base = T.train(data[1:], FAST)
     rounds = base.num_boosted_rounds()
     before = P.predict(base, data[0].features)
     refined = P.refine(base, [data[0].subset(range(8))], FAST)
@@ -150,17 +155,26 @@ def test_refining_adds_trees_to_a_copy():
     assert P.refine(base, [data[0].subset([23])], FAST) is base  # only a failure: nothing to fit
 
 
-@pytest.mark.parametrize("first", ["pretrained", "pretrained_eval"])
-def test_evaluation_names_stay_importable_from_pretrained(first):
-    # A fresh interpreter: the two modules import each other, and either may be imported first.
-    names = "evaluate, evaluate_corpus, format_table, rank_metrics, summarize"
-    code = (f"import tvm_rl.tune.{first}; from tvm_rl.tune.pretrained import {names}; "
-            "from tvm_rl.tune import pretrained_eval as E; "
-            f"assert [{names}] == [E.{', E.'.join(names.split(', '))}]; print('ok')")
+def test_tuning_with_the_pretrained_model_never_imports_the_corpus_package():
+    """The runtime holds an inference-only model: loading, rating and refining it need no corpus code."""
+    code = ("import sys; import tvm_rl.tune.tasks, tvm_rl.tune.command, tvm_rl.tune.search_strategy.ppo; "
+            "from tvm_rl.tune.cost_model import create, pretrained; "
+            "print(sorted(m for m in sys.modules if m.startswith('tvm_rl.tune.corpus')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
-    with pytest.raises(AttributeError, match="no_such_name"):
-        P.no_such_name  # noqa: B018
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_a_model_file_is_read_once_per_process_until_it_is_rewritten(tmp_path, monkeypatch):
+    path = P.save_model(T.train(synthetic(n_workloads=2, per=8), FAST), tmp_path / "model.npz", {"target_kind": "llvm"})
+    reads = []
+    load = P.load_model
+    monkeypatch.setattr(P, "load_model", lambda p: reads.append(p) or load(p))
+    a, b = P.PretrainedXGBModel(path), P.PretrainedXGBModel(tmp_path / "." / "model.npz")
+    assert len(reads) == 1 and a.base is b.base and a.meta == b.meta and a.meta is not b.meta
+    P.save_model(T.train(synthetic(n_workloads=2, per=8, seed=1), FAST), path, {"target_kind": "llvm", "new": 1})
+    assert P.PretrainedXGBModel(path).meta["new"] == 1 and len(reads) == 2  # rewritten: read again
+    with pytest.raises(P.PretrainedModelError, match="does not exist"):
+        P.PretrainedXGBModel(tmp_path / "missing.npz")
 
 
 def test_leave_one_workload_out_gives_a_row_per_workload():
@@ -185,7 +199,7 @@ def test_leave_one_workload_out_gives_a_row_per_workload():
 def test_a_given_model_is_rated_beside_and_says_which_workloads_it_saw():
     data = synthetic(n_workloads=5)
     # Trained elsewhere on two of the five workloads (one known by hash only, one by name only).
-    booster = P.train([data[0], data[1]], FAST)
+    booster = T.train([data[0], data[1]], FAST)
     meta = {"workloads": [{"name": "renamed", "structural_hash": "0"}, {"name": "w1"}], "records": 48,
             "host": {"cpu_model": "Other CPU"}, "target": {"kind": "llvm", "mcpu": "other"}}
     result = E.evaluate(data, ks=(8,), top=4, config=FAST, given=(booster, meta))
@@ -234,13 +248,13 @@ def test_cli_evaluate_against_a_model_file_or_the_shipped_one(tmp_path, corpus, 
 
 
 def test_train_on_a_corpus_and_use_it_in_metaschedule(tmp_path, corpus, cpu):
-    data = P.corpus_features(corpus)
+    data = corpus_features(corpus)
     assert [d.name for d in data] == ["matmul8", "matmul16", "matmul32"]
     assert all(len(d) == 14 and len(d.valid) == 12 and d.features[0].shape[1] == 164 for d in data)
-    cached = P.corpus_features(corpus)  # from features/<name>.npz
+    cached = corpus_features(corpus)  # from features/<name>.npz
     assert all(np.array_equal(a.seconds, b.seconds) and all(np.array_equal(x, y) for x, y in
                                                             zip(a.features, b.features)) for a, b in zip(data, cached))
-    path, meta = P.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
+    path, meta = T.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
     assert [w["name"] for w in meta["workloads"]] == ["matmul8", "matmul16", "matmul32"]
     assert meta["records"] == 42 and meta["target_kind"] == "llvm"
 
@@ -306,7 +320,7 @@ def test_evolutionary_search_with_the_pretrained_model(tmp_path, corpus, cpu):
     """tune_workloads measures with it from the first round and refines it on every batch."""
     from tvm_rl.tune import tune_workloads
 
-    path, _ = P.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
+    path, _ = T.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
     model = cost_model.create("xgb-pretrained", path=path)
     _, report = tune_workloads([("mm24", matmul(24), 1.0)], cpu, tmp_path / "db", trials_per_kernel=4,
                                trials_per_iter=2, strategy="evolutionary", cost_model=model)
@@ -315,7 +329,7 @@ def test_evolutionary_search_with_the_pretrained_model(tmp_path, corpus, cpu):
 
 def test_calibrated_refinement_maps_scores_onto_the_base_scale(monkeypatch):
     data = synthetic(n_workloads=1)[0]
-    scores = P.normalized_scores(data.seconds).astype(np.float64)
+    scores = F.normalized_scores(data.seconds).astype(np.float64)
     ok = scores > 0
     monkeypatch.setattr(P, "predict", lambda base, features: 3.0 * scores + 2.0)  # right order, other scale
     assert np.allclose(P._on_base_scale(None, data)[ok], 3.0 * scores[ok] + 2.0)
@@ -329,7 +343,7 @@ def test_calibrated_refinement_maps_scores_onto_the_base_scale(monkeypatch):
 
 def test_calibrated_refinement_is_an_option_that_fits_other_trees():
     data = synthetic()
-    base = P.train(data[1:], FAST)
+    base = T.train(data[1:], FAST)
     own = [data[0].subset(range(8))]
     plain = P.refine(base, own, FAST)
     calibrated = P.refine(base, own, dataclasses.replace(FAST, refine_calibrate=True))
@@ -339,7 +353,7 @@ def test_calibrated_refinement_is_an_option_that_fits_other_trees():
 
 
 def test_the_online_model_takes_single_settings(tmp_path, corpus, cpu):
-    path, _ = P.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
+    path, _ = T.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
     frozen = cost_model.create("xgb-pretrained", path=path, refine_rounds=0)
     assert frozen.config.refine_rounds == 0 and frozen.config.max_rounds == FAST.max_rounds  # the rest: the file's
     records = corpus.load("matmul16")

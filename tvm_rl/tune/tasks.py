@@ -87,7 +87,7 @@ class TuneReport:
     failure_log: Path | None = None  # one JSON line per failed candidate, with its reason
 
 
-def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str | Path,
+def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str | Path | TuningDatabase,
                trials_per_kernel: int = 64, trials_per_iter: int = 16, strategy: ms.SearchStrategy | str | None = None,
                seed: int = 0, op_filter: str | None = None, builder: ms.Builder | None = None,
                runner: ms.Runner | str = "local", verbose: bool = False, check_results: bool = False,
@@ -108,7 +108,7 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
 
 
 def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target: tvm.target.Target | str,
-                   work_dir: str | Path, trials_per_kernel: int = 64, trials_per_iter: int = 16,
+                   work_dir: str | Path | TuningDatabase, trials_per_kernel: int = 64, trials_per_iter: int = 16,
                    strategy: ms.SearchStrategy | str | None = None, seed: int = 0, op_filter: str | None = None,
                    builder: ms.Builder | None = None, runner: ms.Runner | str = "local",
                    verbose: bool = False, check_results: bool = False,
@@ -143,8 +143,9 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     if check_results and not _is_local(runner):
         raise TvmRlError("check_results runs each candidate on this machine, so it needs the local runner; "
                          "drop it to measure remotely")
-    work_dir = Path(work_dir)
-    folder = TuningDatabase(work_dir)
+    # A TuningDatabase handed down (`optimize` opens one per run) is used as it is, already open or not.
+    folder = work_dir if isinstance(work_dir, TuningDatabase) else TuningDatabase(work_dir)
+    work_dir = folder.path
     database = folder.open()
     report = TuneReport()
     done = records_per_workload(database)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from tvm.s_tir import meta_schedule as ms
 
-from ..bench_stats import median_seconds
+from ...database import record_seconds
 
 
 def warm(model: ms.CostModel, context: ms.TuneContext, records: Sequence[ms.database.TuningRecord]) -> None:
@@ -17,6 +17,6 @@ def warm(model: ms.CostModel, context: ms.TuneContext, records: Sequence[ms.data
         return
     results = []
     for r in records:
-        ok = median_seconds(r.run_secs) is not None
+        ok = record_seconds(r.run_secs) is not None
         results.append(ms.runner.RunnerResult(list(r.run_secs) if ok else None, None if ok else "failed"))
     model.update(context, [r.as_measure_candidate() for r in records], results)

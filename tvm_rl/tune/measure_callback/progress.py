@@ -7,6 +7,8 @@ import time
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from ...database import record_seconds
+
 
 @derived_object
 class ProgressLine(PyMeasureCallback):
@@ -19,8 +21,8 @@ class ProgressLine(PyMeasureCallback):
         self.start = time.perf_counter()
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-        ok = [sum(r.run_secs) / len(r.run_secs) for r in runner_results
-              if r.error_msg is None and r.run_secs]
+        seconds = [record_seconds(r.run_secs) if r.error_msg is None else None for r in runner_results]
+        ok = [s for s in seconds if s is not None]
         failed = len(runner_results) - len(ok)
         self.trials[task_id] = self.trials.get(task_id, 0) + len(runner_results)
         if ok:

@@ -14,7 +14,7 @@ import heapq
 import numpy as np
 from tvm.ir.utils import derived_object
 
-from .ppo import KnobSearch, Point
+from .knob_search import KnobSearch, Point
 
 
 @derived_object

@@ -28,7 +28,7 @@ from ..draft import DraftModel
 from ..moves import MoveSpace
 
 if TYPE_CHECKING:
-    from .ppo import KnobSearch, Point
+    from .knob_search import KnobSearch, Point
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""What several benchmarks share: gzip'd JSON-lines archives (`jsonl_gz`)."""
