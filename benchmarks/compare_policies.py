@@ -1,7 +1,7 @@
 """Which graph policy to ship: each checkpoint's pass beside the arms without learning, by the proxy, over seeds.
 
 `python benchmarks/compare_policies.py --size full --database logs/tuning/llvm --policies A.pt B.pt [--arms ...]`
-Nothing is built or timed end to end: each policy runs as the "trained" arm of `tvm_rl.graph.ablation` (the
+Nothing is built or timed end to end: each policy runs as the "trained" arm of `benchmarks.graphs.ablation` (the
 pass's loop: --time-budget, --episodes, shortlist, every-match actions, no confirmation), once per --seeds, beside
 the --arms (default: cheapest-first, uniform, greedy-never-stop, greedy), all priced by the proxy fitted to
 --database (or rebuilt from --proxy-from's recorded one). The table gives the proxy's mean speedup ± 95%
@@ -18,8 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from graph_rl import add_arm_args, effort_table, pricing_of, proxy_of, settings_of, summaries, table  # noqa: E402
 
+import tests.support.heldout_models  # noqa: E402, F401  (registers the held-out models for --models)
+from benchmarks.graphs import ablation  # noqa: E402
 from tvm_rl import measure, models  # noqa: E402
-from tvm_rl.graph import ablation  # noqa: E402
 from tvm_rl.graph.agent import DEFAULT_POLICY, GraphActorCritic  # noqa: E402
 
 

@@ -41,7 +41,7 @@ def grid(seed: int = 0) -> list[tuple[int, int, int]]:
 def linear_module(m: int, k: int, n: int):
     from tvm import relax
 
-    from tvm_rl.graph import testing as T
+    from tests.support import graph_examples as T
 
     rng = np.random.default_rng(0)
     return T.module(lambda e, x: e(relax.op.add(e(relax.op.matmul(x, T.rand(rng, k, n))), T.rand(rng, n))),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import tests.support.heldout_models  # noqa: E402, F401  (registers the held-out models for --models)
 from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.database import as_database  # noqa: E402
 from tvm_rl.graph import cost, profiles, roofline  # noqa: E402

@@ -5,7 +5,7 @@
 For each model: the exported graph priced by the proxy, split by kernel kind; then the graph the pass's default
 arm reaches (cheapest-first's first episode, bounded by `--steps` alone, so a loaded machine gives the same graph),
 and the share of *its* priced time that is not compute-bound FLOPs at the best peak a change of kind could give
-(`tvm_rl.graph.cost_shares`). That share bounds what any further rewrite of the pass could gain by the proxy:
+(`benchmarks.graphs.cost_shares`). That share bounds what any further rewrite of the pass could gain by the proxy:
 "max further" is the default graph's time over its fixed part. Writes logs/graph_cost_shares_<target>_<size>.json.
 """
 import argparse
@@ -16,11 +16,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import tests.support.heldout_models  # noqa: E402, F401  (registers the held-out models for --models)
+from benchmarks.graphs import ablation  # noqa: E402
+from benchmarks.graphs.cost_shares import cost_shares  # noqa: E402
 from tvm_rl import models  # noqa: E402
-from tvm_rl.graph import ablation  # noqa: E402
 from tvm_rl.graph.calibration import recorded_proxy  # noqa: E402
 from tvm_rl.graph.cost import roofline_cost  # noqa: E402
-from tvm_rl.graph.cost_shares import cost_shares  # noqa: E402
 from tvm_rl.graph.roofline import default_hardware  # noqa: E402
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tvm_rl.graph import headroom  # noqa: E402
+from benchmarks.graphs import headroom  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

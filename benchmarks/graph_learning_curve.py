@@ -27,8 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from graph_rl import add_arm_args, pricing_of, proxy_of, settings_of  # noqa: E402
 
+import tests.support.heldout_models  # noqa: E402, F401  (registers the held-out models for --models)
+from benchmarks.graphs import ablation  # noqa: E402
 from tvm_rl import models  # noqa: E402
-from tvm_rl.graph import ablation, arms  # noqa: E402
+from tvm_rl.graph import arms  # noqa: E402
 
 DEFAULT_ARMS = tuple(a for a in arms.ARMS if a not in arms.LEARNED) + ("greedy-never-stop",)
 

@@ -3,7 +3,7 @@
 `python benchmarks/graph_rl.py [--size tiny|full] [--models ...] [--arms ...] [--seeds 0 1 2] [--no-measure]
 [--proxy-from JSON | --database DIR] [--price-records DB] [--policy PATH] [--audit] [--tune-trials N
 [--tune-seeds 0 1 2]] [--save-graphs DIR]`
-Arms (`tvm_rl.graph.arms`, `tvm_rl.graph.ablation`): uniform, cheapest-first, cost-softmax, cheapest-then-softmax,
+Arms (`tvm_rl.graph.arms`, `benchmarks.graphs.ablation`): uniform, cheapest-first, cost-softmax, cheapest-then-softmax,
 untrained, trained and cheapest-then-trained (--policy: the checkpoint of the last two) run in `RLRewritePass`'s own
 loop (shortlist, every-match actions, --episodes, --time-budget), once per seed; greedy, greedy-never-stop,
 backtracking-100 and backtracking-1000 are deterministic searches, run once.
@@ -42,8 +42,10 @@ from graph_search import (  # noqa: E402
     tuner,
 )
 
+import tests.support.heldout_models  # noqa: E402, F401  (registers the held-out models for --models)
+from benchmarks.graphs import ablation, proxy_audit  # noqa: E402
 from tvm_rl import measure, models  # noqa: E402
-from tvm_rl.graph import ablation, cost, proxy_audit  # noqa: E402
+from tvm_rl.graph import cost  # noqa: E402
 from tvm_rl.graph.calibration import recorded_proxy  # noqa: E402
 
 
@@ -244,7 +246,7 @@ def main() -> None:
     ap.add_argument("--measure-all", action="store_true", help="build and time the arms' graphs also where they "
                     "are within 1%% of each other by the proxy (the proxy can be 10%% off on a graph)")
     ap.add_argument("--audit", action="store_true", help="measured: also time every graph's kernels alone and "
-                    "set them beside the proxy's price, per kind (tvm_rl.graph.proxy_audit)")
+                    "set them beside the proxy's price, per kind (benchmarks.graphs.proxy_audit)")
     ap.add_argument("--save-graphs", default=None, metavar="DIR", help="write every run's graph (and the original) "
                     "to DIR/<model>/<arm>@<seed>.relax.json (tvm.ir.load_json reads them): to price them again "
                     "with another cost without searching again")

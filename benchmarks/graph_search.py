@@ -22,7 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tvm  # noqa: E402
 
-from tvm_rl import measure, models, tuned_cost  # noqa: E402
+import tests.support.heldout_models  # noqa: E402, F401  (registers the held-out models for --models)
+from benchmarks.graphs import tuned_cost  # noqa: E402
+from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.database import DatabaseLike, as_database  # noqa: E402
 from tvm_rl.graph import cost, roofline, search  # noqa: E402
 from tvm_rl.graph.fingerprint import same_graph  # noqa: E402

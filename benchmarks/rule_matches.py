@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import tests.support.heldout_models  # noqa: E402, F401  (registers the held-out models for --models)
 from tvm_rl import models  # noqa: E402
 from tvm_rl.graph.candidates import enumerate_candidates  # noqa: E402
 from tvm_rl.graph.rules import all_rules  # noqa: E402

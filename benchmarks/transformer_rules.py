@@ -34,7 +34,9 @@ from graph_search import (  # noqa: E402
     proxy_hardware,
 )
 
-from tvm_rl import measure, models, tuned_cost  # noqa: E402
+import tests.support.heldout_models  # noqa: E402, F401  (registers the held-out models for --models)
+from benchmarks.graphs import tuned_cost  # noqa: E402
+from tvm_rl import measure, models  # noqa: E402
 from tvm_rl.graph import cost, roofline, search  # noqa: E402
 from tvm_rl.graph.rules import get_rule  # noqa: E402
 

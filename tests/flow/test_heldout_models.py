@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from tvm.ir import Call
 
+import tests.support.heldout_models  # noqa: F401  (registers them)
 from tvm_rl import measure, models
 from tvm_rl.graph.rules import all_rules
 from tvm_rl.graph.verify import compare_variants

@@ -1,7 +1,7 @@
 import numpy as np
 import tvm_ffi
 
-from tvm_rl.graph import testing as T
+from tests.support import graph_examples as T
 from tvm_rl.graph.fingerprint import module_key, same_graph
 from tvm_rl.graph.rules import all_rules
 

@@ -1,11 +1,11 @@
-"""Regressions found by the rewrite fuzzer (tvm_rl.graph.fuzz): each unsafe match it caught, now refused.
+"""Regressions found by the rewrite fuzzer (tests/support/fuzz.py): each unsafe match it caught, now refused.
 
 Each test rebuilds the smallest graph showing the bug (the fuzzer's own graphs were larger).
 """
 import numpy as np
 from tvm import relax
 
-from tvm_rl.graph import testing as T
+from tests.support import graph_examples as T
 from tvm_rl.graph.candidates import enumerate_candidates
 from tvm_rl.graph.rules import get_rule
 from tvm_rl.graph.verify import compare_variants

@@ -1,6 +1,6 @@
 """The rewrite fuzzer in CI: random graphs, random rewrite sequences, every rewritten graph checked numerically.
 
-A bounded, deterministic run (fixed seed); `python -m tvm_rl.graph.fuzz --examples N --seed S` is the long
+A bounded, deterministic run (fixed seed); `python -m tests.support.fuzz --examples N --seed S` is the long
 mode. The fuzzer itself is checked too: it must find a deliberately broken rule and say how to reproduce it.
 """
 from collections import Counter
@@ -10,7 +10,7 @@ import tvm_ffi
 from hypothesis import HealthCheck, given, settings
 from tvm import relax
 
-from tvm_rl.graph import fuzz
+from tests.support import fuzz
 from tvm_rl.graph.rules import all_rules, base, layout, rule_names, simplify
 from tvm_rl.graph.rules.ir import float_tensor, ndim_of, permute_axes, static_shape
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from tvm import relax
 
-from tvm_rl.graph import calibration, gemm_cost, observation, profiles, roofline
-from tvm_rl.graph import testing as T
+from tests.support import graph_examples as T
+from tvm_rl.graph import calibration, gemm_cost, profiles, roofline
 from tvm_rl.graph.gemm_cost import GemmShape
 
 
@@ -71,7 +71,7 @@ def test_roofline_model_prices_matmuls_of_known_shape_with_the_gemm_model():
     assert with_gemm.time_ms(s.flops, 1e6, "matmul") == rest.time_ms(s.flops, 1e6)  # shape unknown
     assert with_gemm.time_ms(s.flops, 1e6, "conv", s) == rest.time_ms(s.flops, 1e6)  # not a matmul
     # saved with a policy's feature spec and rebuilt exactly
-    assert observation.roofline_from_dict(with_gemm.as_dict()) == with_gemm
+    assert roofline.from_dict(with_gemm.as_dict()) == with_gemm
 
 
 def test_calibration_fits_the_gemm_model_from_tuned_matmuls():

@@ -8,10 +8,10 @@ import torch
 import tvm
 from tvm import relax
 
+from tests.support import graph_examples as T
 from tvm_rl import models
 from tvm_rl.graph import cost as costs
 from tvm_rl.graph import profiles, roofline
-from tvm_rl.graph import testing as T
 from tvm_rl.graph.agent import DEFAULT_POLICY, GraphActorCritic, PolicyConfig, PolicyError
 from tvm_rl.graph.env import GraphRewriteEnv
 from tvm_rl.graph.fingerprint import same_graph

@@ -53,7 +53,8 @@ def test_transposes_are_a_kind_of_their_own_on_both_sides():
 def test_a_fused_group_with_a_transpose_is_priced_as_one():
     from tvm.script import relax as R
 
-    from tvm_rl.graph import profiles, testing
+    from tests.support import graph_examples as testing
+    from tvm_rl.graph import profiles
 
     def body(emit, x):  # add, then transpose: the group's first op is element-wise, its pace the transpose's
         return emit(R.permute_dims(emit(R.add(x, x)), [0, 2, 3, 1]))

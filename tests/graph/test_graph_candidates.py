@@ -5,7 +5,7 @@ import pytest
 import tvm_ffi
 from tvm import relax
 
-from tvm_rl.graph import testing as T
+from tests.support import graph_examples as T
 from tvm_rl.graph.candidates import Shortlist, enumerate_candidates, interleave
 from tvm_rl.graph.fingerprint import module_key
 from tvm_rl.graph.rules import Rule, RuleError, all_rules, get_rule

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from tvm import relax
 
+from tests.support import graph_examples as T
 from tvm_rl.errors import DatabaseTypeError
 from tvm_rl.graph import cost, profiles, roofline
-from tvm_rl.graph import testing as T
 
 R = relax.op
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from tests.support import graph_examples as T
 from tvm_rl import models
 from tvm_rl.graph import profiles, roofline
-from tvm_rl.graph import testing as T
 from tvm_rl.graph.env import GraphRewriteEnv
 
 

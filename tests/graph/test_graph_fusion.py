@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from tvm import relax
 
+from tests.support import graph_examples as T
 from tvm_rl import measure, models
 from tvm_rl.graph import fusion, profiles
-from tvm_rl.graph import testing as T
 from tvm_rl.graph.candidates import enumerate_candidates
 from tvm_rl.graph.rules.ir import Graph, op_name
 

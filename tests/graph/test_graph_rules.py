@@ -7,8 +7,8 @@ import pytest
 from tvm import relax
 from tvm.ir import Call
 
+from tests.support import graph_examples as T
 from tvm_rl import models
-from tvm_rl.graph import testing as T
 from tvm_rl.graph.rules import all_rules, get_rule, rule_names
 from tvm_rl.graph.verify import compare_variants
 

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rewrite_steps import apply_until_none, count_calls
 from tvm import relax
 from tvm.ir import TupleGetItem
 
-from tvm_rl.graph import testing as T
+from tests.rewrite_steps import apply_until_none, count_calls
+from tests.support import graph_examples as T
 from tvm_rl.graph.fingerprint import same_graph
 from tvm_rl.graph.rules import (
     AllMatches,

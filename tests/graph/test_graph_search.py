@@ -3,9 +3,9 @@ cost, and are deterministic."""
 import pytest
 import tvm_ffi
 
+from tests.support import graph_examples as T
 from tvm_rl import models
 from tvm_rl.graph import cost, profiles, roofline, search
-from tvm_rl.graph import testing as T
 from tvm_rl.graph.verify import compare_variants
 
 HW = roofline.default_hardware("llvm")

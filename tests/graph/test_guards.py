@@ -6,7 +6,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from tvm_rl.graph import testing as T
+from tests.support import graph_examples as T
 from tvm_rl.graph.rules import all_rules, get_rule
 from tvm_rl.graph.verify import compare_variants
 

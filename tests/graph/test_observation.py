@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support import graph_examples as T
 from tvm_rl.errors import CheckpointError, FeatureMismatchError
 from tvm_rl.graph import cost as costs
 from tvm_rl.graph import roofline
-from tvm_rl.graph import testing as T
 from tvm_rl.graph.agent import DEFAULT_POLICY, GraphActorCritic, PolicyConfig
 from tvm_rl.graph.env import GraphRewriteEnv
 from tvm_rl.graph.observation import (
@@ -20,7 +20,6 @@ from tvm_rl.graph.observation import (
     encode,
     observe,
     padded,
-    roofline_from_dict,
 )
 from tvm_rl.graph.rewrite_pass import RLRewritePass
 from tvm_rl.graph.train import TrainConfig, make_env, play, train
@@ -153,7 +152,7 @@ def test_a_checkpoint_round_trips_its_feature_spec(tmp_path, fitted, cpu):
         policy = Recorder(spec)
         loaded = GraphActorCritic.load(policy.save(tmp_path / "p.pt"))
         assert loaded.features == spec and loaded.path == tmp_path / "p.pt"
-        assert roofline_from_dict(spec.roofline.as_dict()) == spec.roofline  # exactly, kinds in order
+        assert roofline.from_dict(spec.roofline.as_dict()) == spec.roofline  # exactly, kinds in order
     assert isinstance(fitted.roofline, roofline.RooflineModel) and "tuned kernels in" in fitted.source
 
 

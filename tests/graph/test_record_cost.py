@@ -1,7 +1,8 @@
 """Pricing a graph by its kernels' tuning records where the database has them (`graph.record_cost`)."""
 import pytest
 
-from tvm_rl.graph import calibration, record_cost, roofline, testing
+from tests.support import graph_examples as testing
+from tvm_rl.graph import calibration, record_cost, roofline
 from tvm_rl.graph.profiles import FusedKernel, fused_groups, graph_roofline_ms
 from tvm_rl.tune import tune_model
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tvm_rl.graph import testing as T
+from tests.support import graph_examples as T
 from tvm_rl.graph.agent import GraphActorCritic, PolicyConfig
 from tvm_rl.graph.env import GraphRewriteEnv
 from tvm_rl.graph.risk_seeking import risk_seeking_advantages

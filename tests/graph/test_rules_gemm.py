@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tvm import relax
 
-from tvm_rl.graph import testing as T
+from tests.support import graph_examples as T
 from tvm_rl.graph.rules import get_rule
 from tvm_rl.graph.rules.ir import Graph
 from tvm_rl.graph.verify import compare_variants

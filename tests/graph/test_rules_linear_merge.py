@@ -11,7 +11,7 @@ from test_graph_rules_small import HYPOTHESIS, assert_exact, check_family
 from tvm import relax
 from tvm.ir import TupleGetItem
 
-from tvm_rl.graph import testing as T
+from tests.support import graph_examples as T
 from tvm_rl.graph.rules import Edit, Graph, Match, RuleError, get_rule
 from tvm_rl.graph.verify import compare_variants
 

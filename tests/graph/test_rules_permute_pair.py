@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rewrite_steps import apply_until_none, count_calls
 from tvm import relax
 
-from tvm_rl.graph import testing as T
+from tests.rewrite_steps import apply_until_none, count_calls
+from tests.support import graph_examples as T
 from tvm_rl.graph.rules import get_rule
 from tvm_rl.graph.verify import compare_variants
 

@@ -6,8 +6,9 @@ judging a graph policy zero-shot. Each mixes convolutions or transformer blocks 
 - mobilevit_block: a MobileViT block (local convs, unfold to patches, transformer layers, fold, fuse conv).
 - mbconv_se: EfficientNet MBConv blocks with squeeze-excite (SiLU, 3x3 and 5x5 depthwise, sigmoid gate).
 
-`registry.names()` leaves them out: ask for `names("heldout")`; `models.load(name, size)` works as for the
-zoo. Weights are seeded random like the zoo's (batch norms with trained-looking statistics).
+Importing this module registers them in the zoo; `registry.names()` leaves them out: ask for
+`names("heldout")`; `models.load(name, size)` then works as for the zoo. Weights are seeded random like the
+zoo's (batch norms with trained-looking statistics).
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .registry import HELD_OUT, pick, register
-from .vision import _init
+from tvm_rl.models.registry import HELD_OUT, pick, register
+from tvm_rl.models.vision import _init
 
 # ---------------------------------------------------------------- GPT-2
 

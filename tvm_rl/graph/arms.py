@@ -1,72 +1,41 @@
-"""The choosers `RLRewritePass` can run in its rollout: the learned policy and the rules without learning.
+"""The choosers `RLRewritePass` can run in its episodes: the learned policy and the rules without learning.
 
-Every arm sees one step as `rewrite_pass.rollout` builds it (the shortlisted candidates with their exact costs,
-"stop" at row `len(costs)`) and picks a row; the pass around it (shortlist, every-match actions, episodes, time
-budget, best graph kept, confirmation) is the same for all, so they compare the choices alone (issue 20).
+Every arm sees one step as `episode.rollout` builds it (an `episode.Step`: the shortlisted candidates with their
+exact costs, "stop" at row `len(costs)`) and picks a row; the pass around it (shortlist, every-match actions,
+episodes, time budget, best graph kept, confirmation) is the same for all, so they compare the choices alone.
 
 - "uniform": every step, uniformly among the candidates and stop; every episode.
 - "cheapest-first": episode 0 takes the cheapest candidate other than stop, uphill too, until the step or time
   budget ends (the rollout keeps the best graph seen); later episodes pick as "uniform".
-- "cheapest-then-softmax": episode 0 as "cheapest-first", later episodes as "cost-softmax". At the pass's default
-  10 s budget episode 0 takes the whole budget on the full-size zoo models, so the two differ only with a longer one.
+- "cheapest-then-softmax": episode 0 as "cheapest-first", later episodes as "cost-softmax".
 - "cost-softmax": every step and episode, P(row) proportional to exp(-relative cost change / T) (stop's change
   is 0), T = `SOFTMAX_T`; a 5% cheaper candidate weighs e = 2.7 times stop at the default.
 - "untrained": a freshly initialised `GraphActorCritic`, weights seeded by the pass's seed; episode 0 its argmax,
   later ones sampled, as the trained policy.
 - "trained": a checkpoint (default: the shipped one); episode 0 its argmax, later ones sampled.
-- "cheapest-then-trained": episode 0 as "cheapest-first", later episodes sampled from the checkpoint: the learned
-  counterpart of "cheapest-then-softmax", for a policy trained for the best of a few sampled episodes.
+- "cheapest-then-trained": episode 0 as "cheapest-first", later episodes sampled from the checkpoint.
 
 All randomness comes from the generator the pass seeds with its `seed`, so a seeded run repeats.
-`DEFAULT_ARM` is what `RLRewritePass(policy=None)` runs: switching the pass's default is changing it. It is
-"cheapest-first", a rule without learning, because the learned policy did not beat it: over the 11 full-size zoo
-models and the 4 held-out ones, by the fitted proxy, cheapest-first has the best mean of the non-learned arms on
-all 15 and the shipped policy is more than 1% below it on 4 and above it on 1
-(docs/results/graph_ablation.md#the-passs-default). A trained policy that beats it is the way back to "trained".
+`DEFAULT_ARM` is what `RLRewritePass(policy=None)` runs: "cheapest-first", a rule without learning, as the learned
+policy did not beat it (docs/results/graph_ablation.md#the-passs-default).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import torch
 
 from .agent import GraphActorCritic, PolicyError
-from .observation import Decision
+from .episode import Arm, Step
 
 ARMS = ("uniform", "cheapest-first", "cost-softmax", "cheapest-then-softmax", "untrained", "trained",
         "cheapest-then-trained")
 LEARNED = ("trained", "cheapest-then-trained")  # the others are rules or an untrained network: what learning must beat
 DEFAULT_ARM = "cheapest-first"  # RLRewritePass(policy=None) runs this arm: no network, no checkpoint
 SOFTMAX_T = 0.05  # cost-softmax temperature, on the relative cost change (0.05: 5% cheaper is e times as likely)
-
-
-@dataclass
-class Step:
-    """One decision of a rollout: the candidates' costs (row i is candidate i; row len(costs) is stop), the
-    current graph's cost, the episode (0 first), and `observe()`, the policy's encoding of the step, built only
-    when an arm asks for it (encoding the graphs is most of a step's time on full-size models)."""
-
-    costs: Sequence[float]
-    current_cost: float
-    episode: int
-    observe: Callable[[], Decision]
-
-    @property
-    def rows(self) -> int:
-        """Rows to choose among: the candidates and stop."""
-        return len(self.costs) + 1
-
-
-@runtime_checkable
-class Arm(Protocol):
-    """Picks a row of a `Step` with `rng` (the pass's seeded generator)."""
-
-    name: str
-
-    def choose(self, step: Step, rng: np.random.Generator) -> int: ...
+# The searches RLRewritePass runs in place of an arm (`search.pass_search`), named in `make`'s message.
+SEARCH_NAMES = ("greedy", "backtracking", "backtracking-N")
 
 
 class Uniform:
@@ -172,8 +141,6 @@ def make(policy: Arm | GraphActorCritic | str | Path | None = None, seed: int = 
             return untrained(seed)
         return learned(policy)
     if isinstance(policy, str) and not Path(policy).exists() and not policy.endswith(".pt"):
-        from .search import SEARCH_NAMES  # here: search imports this module
-
         raise PolicyError(f"unknown graph policy {policy!r}: an arm ({', '.join(ARMS)}), a search "
                           f"({', '.join(SEARCH_NAMES)}), or a policy checkpoint file from tvm-rl train")
     return Network(GraphActorCritic.load(policy))

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-from ..database import DatabaseLike, TuningDatabase
+from ..database import DatabaseLike, TuningDatabase, record_seconds
 from . import gemm_cost, profiles, roofline
 
 
@@ -47,10 +47,10 @@ def best_records(work_dir: TuningDatabase | str | os.PathLike) -> dict:
     record's time is the mean of its runs)."""
     best: dict = {}
     for record in _folder(work_dir).records():
-        secs = [float(s) for s in (record.run_secs or ())]
-        if not secs or not all(np.isfinite(secs)) or min(secs) <= 0 or max(secs) >= 1e9:
+        seconds = record_seconds(record.run_secs)
+        if seconds is None:
             continue  # failed runs are stored with huge or missing latencies
-        ms_ = float(np.mean(secs)) * 1e3
+        ms_ = seconds * 1e3
         key = record.workload
         if key not in best or ms_ < best[key][1]:
             best[key] = (record.workload, ms_)
@@ -116,10 +116,6 @@ def fit(kernels: list[TunedKernel]) -> roofline.RooflineModel:
     return roofline.RooflineModel(model.default, model.per_kind, gemm)
 
 
-def _hardware(d: dict) -> roofline.Hardware:
-    return roofline.Hardware(d["peak_gflops"], d["gbps"], d["launch_us"], d["source"])
-
-
 def tuned_roofline(work_dir: TuningDatabase | str | os.PathLike,
                    target: tvm.target.Target | str | None = None) -> roofline.RooflineModel:
     """The rooflines of the kernels tuned in `work_dir`, cached in `work_dir/roofline.json`.
@@ -133,9 +129,8 @@ def tuned_roofline(work_dir: TuningDatabase | str | os.PathLike,
         try:
             saved = json.loads(path.read_text())
             if saved["records_bytes"] == stamp and saved.get("kinds") == list(roofline.KINDS) and "gemm" in saved:
-                gemm = gemm_cost.GemmModel.from_dict(saved["gemm"]) if saved["gemm"] else None
-                return roofline.RooflineModel(_hardware(saved["default"]),
-                                              tuple((k, _hardware(h)) for k, h in saved["per_kind"].items()), gemm)
+                return roofline.RooflineModel.from_dict({"default": saved["default"], **saved["per_kind"],
+                                                         "gemm": saved["gemm"]})
         except (json.JSONDecodeError, KeyError, TypeError):
             pass  # refit below
     kernels = tuned_kernels(folder)
@@ -163,8 +158,6 @@ def proxy_roofline(target: tvm.target.Target | str, database: DatabaseLike = Non
 def recorded_proxy(path: str | os.PathLike) -> roofline.Roofline:
     """The roofline a graph benchmark's JSON recorded under "proxy" (`benchmarks/graph_rl.py --proxy-from`,
     `tvm-rl train --proxy-from`); ValueError naming the file and what is wrong with it."""
-    from .observation import roofline_from_dict
-
     try:
         record = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:
@@ -172,7 +165,7 @@ def recorded_proxy(path: str | os.PathLike) -> roofline.Roofline:
     if not isinstance(record, dict) or not isinstance(record.get("proxy"), dict):
         raise ValueError(f"--proxy-from {path}: no \"proxy\" record in it (a benchmarks/graph_rl.py JSON has one)")
     try:
-        return roofline_from_dict(record["proxy"])
+        return roofline.from_dict(record["proxy"])
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"--proxy-from {path}: its \"proxy\" record is unreadable ({type(err).__name__}: {err})"
                          ) from None

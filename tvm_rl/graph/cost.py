@@ -9,7 +9,7 @@ Three estimates of a Relax module's latency, from slow and true to fast and roug
   (c) rooflines (`roofline`) over kernel profiles (`profiles`): over the lowered TIR kernels, or over the
       kernels `fusion` predicts from the Relax bindings (milliseconds: what the environment prices with).
 `compare_costs` says how far (a) and (c) are from (b). Cost functions that tune kernels before timing them
-live in `tvm_rl.tuned_cost` (the graph half never imports the tuner).
+live beside the benchmarks (`benchmarks/graphs/tuned_cost.py`): the graph half never imports the tuner.
 """
 from __future__ import annotations
 
@@ -210,9 +210,8 @@ def pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndarray] |
                  tune: Callable[[tvm.IRModule], DatabaseLike] | None = None) -> PairMeasure:
     """(before, after) -> end-to-end medians, both built with the same schedules and timed in alternating rounds.
 
-    Measured apart, the two sides of a guard see different load and machine state: ResNet-18's input timed
-    alone early in a benchmark run measured 143 ms, and 129 ms in rounds beside its rewritten graph, which
-    passed a graph 4% slower as 12% faster. `inputs`: default `verify.random_inputs(before)`. `tune(mod) ->
+    Measured apart, the two sides of a guard see different load and machine state, enough to pass a slower
+    graph as faster. `inputs`: default `verify.random_inputs(before)`. `tune(mod) ->
     database`, when given, tunes each side's kernels first and builds with the database it returns.
     """
     target = measure.parse_target(target)

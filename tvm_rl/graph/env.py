@@ -1,9 +1,10 @@
 """A Gymnasium environment over graph rewrites (X-RLflow's formulation on Relax).
 
-State: the current IRModule. Actions: `enumerate_candidates` (capped at `cap`; with `shortlist=K`, the K of
-them the cost function rates cheapest, as `RLRewritePass` shows its policy) followed by "stop" at the last
-index (`cap`, or K); slots of absent candidates are masked. Observation: for every action, the graph it leads to ("stop"
-leads to the current graph), as padded tensors a GNN reads (`observation.observe`, as `RLRewritePass` builds them):
+State: the current IRModule, walked as `RLRewritePass` walks it (`episode.Walk`). Actions: the candidates
+(capped at `cap`; with `shortlist=K`, the K of them the cost function rates cheapest, as the pass shows its
+policy) followed by "stop" at the last index (`cap`, or K); slots of absent candidates are masked. Observation:
+for every action, the graph it leads to ("stop" leads to the current graph), as padded tensors a GNN reads
+(`observation.observe`, as `RLRewritePass` builds them):
   nodes (cap+1, N, F): op one-hot over OP_VOCAB + "other", output shape features, the op's cost by the
   roofline of `features` (default: the one pricing the reward, `hardware`);
   edges (cap+1, M, 2) producer -> consumer node indices; edge_features (cap+1, M, E): the tensor's dims;
@@ -26,7 +27,8 @@ from gymnasium import spaces
 
 from . import cost as costs
 from . import roofline
-from .candidates import CandidateSet, Shortlist, enumerate_candidates
+from .candidates import CandidateSet
+from .episode import Walk
 from .observation import (
     EDGE_FEATURES,
     GLOBAL_FEATURES,
@@ -83,8 +85,9 @@ class GraphRewriteEnv(gym.Env):
         if len(first.nodes) > self.max_nodes or len(first.edges) > self.max_edges:
             raise ValueError(f"the input graph has {len(first.nodes)} nodes and {len(first.edges)} edges, more "
                              f"than max_nodes={self.max_nodes} / max_edges={self.max_edges}")
-        self.shortlist = Shortlist(shortlist, self.cost) if shortlist is not None and shortlist < cap else None
-        self.slots = self.shortlist.size if self.shortlist is not None else cap  # candidate slots before "stop"
+        short = shortlist if shortlist is not None and shortlist < cap else None
+        self.walk = Walk(mod, self.cost, self.rules, cap, short, check)
+        self.slots = short if short is not None else cap  # candidate slots before "stop"
         k, n, m = self.slots + 1, self.max_nodes, self.max_edges
         f32 = np.float32
         self.observation_space = spaces.Dict({
@@ -98,7 +101,6 @@ class GraphRewriteEnv(gym.Env):
         })
         self.action_space = spaces.Discrete(k)
         self.stop_action = self.slots
-        self.mod: tvm.IRModule = mod
         self.candidates: CandidateSet | None = None
         self._obs: dict | None = None
         self._cache = EncodingCache()
@@ -107,10 +109,9 @@ class GraphRewriteEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        self.mod, self.t, self.applied = self.initial, 0, []
+        self.walk.reset()
+        self.t = 0
         self._scale = 1.0
-        if self.shortlist is not None:
-            self.shortlist.reset()
         self.rt0 = self.rt = self.best_rt = self._latency(self.initial, force_measure=True)
         obs = self._observe()
         return obs, self._info(measured=self.measure is not None)
@@ -126,9 +127,7 @@ class GraphRewriteEnv(gym.Env):
         terminated = action == self.stop_action
         invalid = not terminated and not mask[action]
         if not terminated and not invalid:
-            cand = self.candidates[action]
-            self.mod = cand.mod
-            self.applied.append(str(cand.match))
+            self.walk.take(self.candidates[action])
         truncated = not terminated and self.t >= self.horizon
         done = terminated or truncated
         measured = self.measure is not None and (done or self.t % self.measure_every == 0)
@@ -144,6 +143,16 @@ class GraphRewriteEnv(gym.Env):
         info["invalid_action"] = invalid
         return obs, float(reward), terminated, truncated, info
 
+    @property
+    def mod(self) -> tvm.IRModule:
+        """The current graph."""
+        return self.walk.mod
+
+    @property
+    def applied(self) -> list[str]:
+        """The rewrites that led to the current graph."""
+        return self.walk.applied
+
     # ---- internals
 
     def _latency(self, mod: tvm.IRModule, force_measure: bool) -> float:
@@ -155,13 +164,10 @@ class GraphRewriteEnv(gym.Env):
         return proxy * self._scale
 
     def _observe(self) -> dict:
-        if self.shortlist is not None:
-            now = self.cost(self.mod)
-            self.candidates = self.shortlist.enumerate(self.mod, now, self.rules, cap=self.cap, check=self.check)
-            self.shortlist.record(self.candidates, [self.cost(c.mod) for c in self.candidates], now)
+        if self.walk.shortlist is not None:  # priced to rank them; without one they are priced below alone
+            self.candidates, _, _ = self.walk.priced_candidates()
         else:
-            self.candidates = enumerate_candidates(self.mod, self.rules, cap=self.cap, check=self.check,
-                                                   strict=False)
+            self.candidates = self.walk.candidates(now=0.0)  # `now` ranks a shortlist's candidates only
         self.oversize = 0
         graphs = [(i, c.mod) for i, c in enumerate(self.candidates)] + [(self.stop_action, self.mod)]
         fits = []

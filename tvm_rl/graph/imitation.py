@@ -12,8 +12,8 @@ import torch
 from .agent import GraphActorCritic
 from .observation import Decision, decision_from_observation
 
-if TYPE_CHECKING:  # train imports this module
-    from .train import TrainConfig
+if TYPE_CHECKING:
+    from .train_config import TrainConfig
 
 
 def greedy_row(decision: Decision) -> int:

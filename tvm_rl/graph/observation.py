@@ -24,7 +24,6 @@ from ..database import DatabaseLike, TuningDatabase
 from ..errors import FeatureMismatchError
 from . import fusion, keepalive, profiles, roofline, view
 from .fingerprint import module_key, same_graph
-from .gemm_cost import GemmModel
 
 OP_VOCAB: tuple[str, ...] = (
     "input", "constant", "tuple", "tuple_get_item",
@@ -49,16 +48,6 @@ GLOBAL_FEATURES = 2
 def target_kind(target: tvm.target.Target | str) -> str:
     """"gpu" or "cpu": the nominal rooflines, and so the features a policy learns from, differ by this alone."""
     return "gpu" if measure.is_gpu(measure.parse_target(target)) else "cpu"
-
-
-def roofline_from_dict(d: dict) -> roofline.Roofline:
-    """The roofline whose `as_dict()` is `d`, rebuilt exactly (kinds in their order)."""
-    if "default" in d:
-        gemm = GemmModel.from_dict(d["gemm"]) if "gemm" in d else None
-        return roofline.RooflineModel(roofline.Hardware(**d["default"]),
-                                      tuple((k, roofline.Hardware(**h)) for k, h in d.items()
-                                            if k not in ("default", "gemm")), gemm)
-    return roofline.Hardware(**d)
 
 
 def _numbers(r: roofline.Roofline) -> dict:
@@ -124,7 +113,7 @@ class FeatureSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "FeatureSpec":
-        return cls(roofline_from_dict(d["roofline"]), str(d["source"]), str(d["target_kind"]))
+        return cls(roofline.from_dict(d["roofline"]), str(d["source"]), str(d["target_kind"]))
 
 
 def features_for_policy(trained: FeatureSpec | None, checkpoint: str, target: tvm.target.Target | str,

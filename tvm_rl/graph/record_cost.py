@@ -18,9 +18,9 @@ Known unsound: shapes do not name the computation. A kernel the database has not
 computes something else over the same shapes (a 1x1 matmul priced at its sibling's 0.14 ms, the sibling with a
 clip fused). `LoweredRecordCost` is the exact form: it lowers the graph as the build does (about 0.2 s for a
 full-size CNN) and looks each kernel up by the structural hash the database keys it by. Neither is a price to
-search with on its own: searches steered by these prices made new kernels that then tuned badly (that matmul ran
-1.18-1.33 ms; the roofline had said 0.17 ms), and found graphs that measured 1.32-1.62x where the roofline's
-found 1.59-1.89x (docs/results/graph_ablation.md). Use them to rank graphs whose kernels are tuned.
+search with on its own: searches steered by these prices made new kernels that then tuned badly and found
+slower graphs than the roofline's (docs/results/graph_ablation.md). Use them to rank graphs whose kernels are
+tuned.
 """
 from __future__ import annotations
 

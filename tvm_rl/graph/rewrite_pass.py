@@ -4,16 +4,11 @@
     exe = tvm.compile(seq(mod), target="llvm")
 
 Per episode a chooser (an "arm" of `arms`) rewrites `main` one (rule, match) at a time until it picks "stop" or
-the step/time budget runs out. The default, `arms.DEFAULT_ARM`, is "cheapest-first", a rule without learning:
-the learned policy did not beat it (docs/results/graph_ablation.md), so it runs no network and loads no
-checkpoint. The learned policy stays an option (`policy="trained"`, a checkpoint path or a `GraphActorCritic`;
-its first episode is its argmax, the others sample), as do "uniform", "cost-softmax", "cheapest-then-softmax" and
-"untrained", all run in the same loop (what each does per episode: `arms`). The cheapest graph met on any episode
-(by the cost function, default: the roofline proxy) is kept. It is returned only if it is cheaper than the input,
-and, with `confirm` (the default), only if it also *measures* faster end to end on the target (with `database`'s
-tuned kernels, the same for both): the pass never returns a graph that is slower than its input by the measure it
-was given.
-What it did is logged (logger "tvm_rl.graph") and kept in `.last_report`.
+the step/time budget runs out (`episode.rollout`); a search (`search.pass_search`) can run in place of the
+episodes. The cheapest graph met (by the cost function, default: the roofline proxy) is kept. It is returned only
+if it is cheaper than the input and, with `confirm` (the default), also measures faster end to end on the target
+(with `database`'s tuned kernels, the same for both): the pass never returns a graph slower than its input by the
+measure it was given.
 """
 from __future__ import annotations
 
@@ -34,8 +29,9 @@ from . import arms, defaults, roofline, search
 from . import cost as costs
 from .agent import GraphActorCritic
 from .calibration import proxy_roofline
-from .candidates import Shortlist, enumerate_candidates, past
-from .observation import FeatureSpec, features_for_policy, observe
+from .candidates import past
+from .episode import rollout
+from .observation import FeatureSpec, features_for_policy
 from .rules import Rule, all_rules, with_all_matches
 
 log = logging.getLogger("tvm_rl.graph")
@@ -67,87 +63,38 @@ class RewriteReport:
         return self.initial_cost / self.cost if self.cost > 0 else 1.0
 
 
-def rollout(mod: tvm.IRModule, policy: arms.Arm | GraphActorCritic, cost: costs.CostFn,
-            features: FeatureSpec | roofline.Roofline | None, rules: Sequence[Rule], max_steps: int,
-            rng: np.random.Generator | None, deadline: float, cap: int | None = None, shortlist: int | None = None,
-            episode: int | None = None) -> tuple[tvm.IRModule, float, list[str], int]:
-    """One episode of `policy` (an `arms.Arm`, or a network: `arms.Network`) from `mod`; returns the cheapest
-    graph on the way (possibly `mod`), its cost, the rewrites leading to it, and the steps taken. `episode`
-    tells the arm which episode this is (None: 0 when `rng` is None, else 1; a network's episode 0 is its
-    argmax); `rng` is the generator its choices draw from. A network reads the graphs as `observation.observe`
-    builds them, node features from `features` (unused by the arms without a network). With `shortlist`, the
-    arm sees only that many candidates, the cheapest by `cost` (ranked incrementally: `Shortlist`), and
-    "stop"; the costs it sees are exact. A step still finding or pricing its candidates at `deadline` is
-    abandoned there: one step on a full-size model can take seconds, and the budget is the user's."""
-    arm = arms.make(policy)
-    episode = (0 if rng is None else 1) if episode is None else episode
-    rng = rng if rng is not None else np.random.default_rng(0)  # only read by sampling arms when no rng is given
-    current, rt0 = mod, cost(mod)
-    best, best_cost, best_path, path = mod, rt0, [], []
-    steps, short = 0, Shortlist(shortlist, cost) if shortlist is not None else None
-    while steps < max_steps and not past(deadline):
-        now = cost(current)
-        found = (short.enumerate(current, now, rules, cap=cap, deadline=deadline) if short is not None
-                 else enumerate_candidates(current, rules, cap=cap, check=False, strict=False, deadline=deadline))
-        cands = list(found)
-        costs_ = [cost(c.mod) for c in cands if not past(deadline)]
-        if not cands or found.timed_out or len(costs_) < len(cands):
-            break
-        if short is not None:
-            short.record(cands, costs_, now)
-
-        def observation(cands=cands, current=current, costs_=costs_, now=now):
-            if features is None:
-                raise ValueError("a network policy needs `features` to read the graphs with")
-            return observe([c.mod for c in cands] + [current], costs_ + [now], rt0, features)
-
-        row = arm.choose(arms.Step(costs_, now, episode, observation), rng)
-        steps += 1
-        if row == len(cands):  # stop
-            break
-        current, path = cands[row].mod, path + [str(cands[row].match)]
-        c = cost(current)
-        if c < best_cost:
-            best, best_cost, best_path = current, c, list(path)
-    return best, best_cost, best_path, steps
-
-
 @tvm.transform.module_pass(opt_level=0, name="RLRewritePass")
 class RLRewritePass:
-    """Rewrite `main` with a chooser of rewrites (default: `arms.DEFAULT_ARM`, "cheapest-first", a rule without
-    learning, which the learned policy did not beat).
+    """Rewrite `main` with a chooser of rewrites, keeping the cheapest graph found only if it is cheaper than the
+    input and, with `confirm`, measures faster end to end.
 
-    target: what the graph is optimised and measured for. policy: None (`arms.DEFAULT_ARM`), an arm's name:
-    "cheapest-first", "uniform", "cost-softmax", "cheapest-then-softmax", "cheapest-then-trained", "untrained" (a
-    fresh network, weights from `seed`), "trained"
-    (the learned policy shipped with tvm-rl); a checkpoint path; a `GraphActorCritic`; or an `arms.Arm`. See
-    `tvm_rl.graph.arms`. Or a search run once in place of the episodes, until done or `time_budget_s`: "greedy",
-    "backtracking" (TASO's 1000 expansions) or "backtracking-N" (`search.pass_search`); they take minutes on
-    full-size models; on MobileNet-V2 backtracking's graph measured the fastest of any arm without learning.
-    max_steps / time_budget_s: per-run budget (the time budget covers the search, not the confirmation).
-    episodes: cheapest-first's and a network's first is greedy, the rest sample with `seed` (each arm:
-    `arms`); the best graph over all is kept.
-    confirm: measure input and result end to end (median of `repeat`) and keep the result only if faster;
-    `database`: MetaSchedule database whose tuned kernels both builds use (on CPU untuned kernels are naive
-    loops). cost: the cost function steering the search (default: the roofline proxy for `target`, fitted to
-    `database`'s tuned kernels when it has any: `calibration.proxy_roofline`; `record_cost.record_cost(database,
-    target=target)` prices each kernel the database has tuned by its own record instead, which ranks graphs whose
-    kernels are tuned as they ran, but steered searches to slower graphs: see its module docstring).
-    cap: candidates enumerated per step (None: all). shortlist: the policy chooses among this many of them, the
-    cheapest by `cost` (None: all); encoding every candidate is most of a step's time on full-size models. The
-    limits' defaults are `defaults`', what the ablation benchmark measures.
-    all_matches: also offer, per rule family with two or more matches, the action "apply every match of it"
-    (`rules.AllMatches`): full-size CNNs need 50-120 single rewrites, more than fit in the time budget.
-    measure_pair: replaces the confirmation's measurement ((input, result) -> their ms, timed side by side as
-    `cost.pair_measure` does; e.g. `tvm_rl.tuned_cost.tuned_pair_measure` to tune new kernels first).
-    features: the roofline the policy's node features are computed with (an `observation.FeatureSpec` or a
-    roofline). Default: the policy's own, recorded by training (a checkpoint without a record: `target`'s
-    nominal roofline), whatever `cost` and `database` price candidates with. FeatureMismatchError when
-    `features` differ from the policy's or the policy was trained for another target kind (CPU/GPU), unless
-    `allow_feature_mismatch`. Arms without a network read no features.
-    fast_math: the result will be built with `tvm_rl.fast_math.FastMath()` (as `tvm_rl.optimize` does on CPU), so
-    the rules also offer rewrites that pay only then (`Rule.for_fast_math`: a GELU moved into a matmul's
-    epilogue). Ignored when `rules` are given.
+    target: what the graph is optimised and measured for.
+    policy: what chooses the rewrites. None: `arms.DEFAULT_ARM`; an arm's name (`arms.ARMS`: "cheapest-first",
+      "uniform", "cost-softmax", "cheapest-then-softmax", "cheapest-then-trained", "untrained" (a fresh network,
+      weights from `seed`), "trained" (the policy shipped with tvm-rl)); a checkpoint path; a `GraphActorCritic`;
+      an `arms.Arm`. Or a search run once in place of the episodes, until done or `time_budget_s`: "greedy",
+      "backtracking" (TASO's 1000 expansions) or "backtracking-N" (`search.pass_search`).
+    max_steps, time_budget_s: rewrites per episode and seconds for the whole search (not the confirmation).
+    episodes: episodes per run (cheapest-first's and a network's first is greedy, the rest sample with `seed`);
+      the cheapest graph over all of them is kept.
+    confirm, repeat: measure input and result end to end (median of `repeat`) and keep the result only if faster.
+    database: MetaSchedule database whose tuned kernels both confirmation builds use, and whose kernels the
+      default cost's roofline is fitted to (`calibration.proxy_roofline`).
+    cost: the cost function steering the search (IRModule -> ms; default: the roofline proxy for `target`).
+    rules: the rewrite rules (default: `rules.all_rules(fast_math)`).
+    cap: candidates enumerated per step (None: all). shortlist: the chooser sees this many of them, the cheapest
+      by `cost` (None: all). Defaults: `defaults`.
+    seed: seeds the choices of sampling arms and an "untrained" network's weights.
+    measure_pair: replaces the confirmation's measurement ((input, result) -> their ms, as `cost.pair_measure`).
+    all_matches: also offer, per rule family with two or more matches, "apply every match of it"
+      (`rules.AllMatches`).
+    features: the roofline a network's node features are computed with (an `observation.FeatureSpec` or a
+      roofline; default: the policy's own, recorded by training). FeatureMismatchError when they differ from
+      the policy's or it was trained for another target kind, unless `allow_feature_mismatch`.
+    fast_math: the result will be built with `tvm_rl.fast_math.FastMath()`, so the rules also offer rewrites that
+      pay only then (`Rule.for_fast_math`). Ignored when `rules` are given.
+
+    What a run did is logged (logger "tvm_rl.graph") and kept in `.last_report`.
     """
 
     def __init__(self, target: tvm.target.Target | str = "llvm",

@@ -45,6 +45,11 @@ class Hardware:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Hardware:
+        """The roofline whose `as_dict()` is `d`."""
+        return cls(**d)
+
 
 # Convolutions by layout and grouping: tuned on CPU, depthwise convs ran 1.2-3.6x faster in NHWC than the same
 # shapes in NCHW, and a layout-blind proxy priced every layout change as a loss (logs/tuning/llvm_s16).
@@ -130,6 +135,21 @@ class RooflineModel:
         out = {"default": self.default.as_dict(), **{k: h.as_dict() for k, h in self.per_kind}}
         return out | ({"gemm": self.gemm.as_dict()} if self.gemm is not None else {})
 
+    @classmethod
+    def from_dict(cls, d: dict) -> RooflineModel:
+        """The model whose `as_dict()` is `d`, rebuilt exactly (kinds in their order; a "gemm" of None: none)."""
+        gemm = GemmModel.from_dict(d["gemm"]) if d.get("gemm") is not None else None
+        return cls(Hardware.from_dict(d["default"]),
+                   tuple((k, Hardware.from_dict(h)) for k, h in d.items() if k not in ("default", "gemm")), gemm)
+
+
+Roofline = Hardware | RooflineModel  # what the roofline functions accept
+
+
+def from_dict(d: dict) -> Roofline:
+    """The roofline whose `as_dict()` is `d`: a `RooflineModel` (its form has a "default"), else a `Hardware`."""
+    return RooflineModel.from_dict(d) if "default" in d else Hardware.from_dict(d)
+
 
 def default_hardware(target: tvm.target.Target | str) -> Hardware:
     """Nominal figures, stated rather than measured: calibrate them (`calibrate`) before trusting a proxy.
@@ -181,9 +201,6 @@ def calibrate_by_kind(kinds: Sequence[str], flops: Sequence[float], nbytes: Sequ
         if len(mine) >= min_kernels:
             per_kind.append((kind, calibrate(*zip(*mine), source=f"calibrated on {len(mine)} {kind} kernels")))
     return RooflineModel(default, tuple(per_kind))
-
-
-Roofline = Hardware | RooflineModel  # what the roofline functions accept
 
 
 _BLOCK = re.compile(r'T\.s?block\("([^"]+)"')

@@ -23,6 +23,7 @@ from ..errors import SearchNameError
 from . import defaults
 from .candidates import enumerate_candidates, past
 from .cost import CostFn, Memo, PairMeasure
+from .episode import rollout
 from .fingerprint import module_key
 from .rules import Rule, all_rules
 
@@ -117,13 +118,12 @@ def greedy(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None,
 def greedy_never_stop(mod: tvm.IRModule, cost: CostFn, rules: Sequence[Rule] | None = None, cap: int | None = None,
                       max_steps: int = 50, shortlist: int | None = 16, all_matches: bool = True,
                       time_budget_s: float | None = None) -> SearchResult:
-    """"cheapest-first"'s episode 0 alone (`arms.CheapestFirst` in `rewrite_pass.rollout`): in the pass's setting
+    """"cheapest-first"'s episode 0 alone (`arms.CheapestFirst` in `episode.rollout`): in the pass's setting
     (the `shortlist` cheapest candidates, "every match of a rule" actions with `all_matches`), take the cheapest
     candidate every step, also when it is costlier than the current graph, for `max_steps` steps (or until no
     candidate is left, or `time_budget_s` ends); returns the cheapest graph seen. Unlike `greedy` it walks
     through slowdowns that later rewrites repay (an NHWC move before its transposes cancel)."""
-    from .arms import CheapestFirst
-    from .rewrite_pass import rollout
+    from .arms import CheapestFirst  # here: arms imports torch, which the other searches do without
     from .rules import with_all_matches
 
     start = time.perf_counter()
@@ -197,16 +197,14 @@ def backtracking(mod: tvm.IRModule, cost: CostFn, alpha: float = 1.05, budget: i
 
 def memory_short() -> bool:
     """Whether less than `MIN_AVAILABLE` of this machine's memory is available. Backtracking keeps every graph it
-    expanded while a child of it is queued, each with the weights its rewrites made (400 MB a rewritten fully
-    connected layer of VGG-16): at TASO's budget of 1000 expansions that reached 20 GB on VGG-16 and the OS killed
-    the search. Checking between expansions stops it with its best graph instead."""
+    expanded while a child of it is queued, each with the weights its rewrites made, which on a large model can
+    exhaust the machine; checking between expansions stops it with its best graph instead."""
     vm = psutil.virtual_memory()
     return vm.available < MIN_AVAILABLE * vm.total
 
 
 TASO_BUDGET = 1000  # TASO's default backtracking budget: `optimize(alpha=1.0, budget=1000)`
 SEARCH_CAP = defaults.CAP  # candidates per expansion when the pass runs a search with no cap, as measured
-SEARCH_NAMES = ("greedy", "backtracking", "backtracking-N")  # what pass_search takes, for messages
 PassSearch = Callable[[tvm.IRModule, CostFn, Sequence[Rule], int | None, float | None], SearchResult]
 
 

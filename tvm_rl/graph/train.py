@@ -13,10 +13,9 @@ per iteration: return, speedup, PPO's losses, entropy, approx_kl, clipfrac, expl
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -28,136 +27,12 @@ from ..interrupt import interrupt_pending
 from ..rl.ppo import KL_STOPS
 from .agent import GraphActorCritic, PolicyConfig
 from .imitation import demonstrations, imitate
-from .observation import FeatureSpec, decision_from_observation
-from .rules import all_rules, with_all_matches
+from .observation import FeatureSpec
+from .train_config import TrainConfig, import_model_modules
 from .train_files import load_checkpoint, plain_rows, plot_training, write_csv
+from .train_play import feature_spec, make_env, play
 from .train_pool import open_pool, play_in_pool, stop_workers
-from .train_update import Episode, ppo_update, scale_rewards
-
-
-@dataclass
-class TrainConfig:
-    """Hyperparameters in one place; X-RLflow's PPO settings are the defaults."""
-
-    models: tuple[str, ...] = ("bert", "resnet18")
-    size: str = "tiny"
-    target: str = "llvm"
-    iterations: int = 30
-    episodes_per_iteration: int = 4
-    horizon: int = 10
-    cap: int = 64  # candidates enumerated per step
-    # Also offer "apply every match of this rule" per family (rules.AllMatches), as RLRewritePass does.
-    all_matches: bool = True
-    shortlist: int = 16  # of those, the cheapest by the proxy are shown to the agent, as RLRewritePass does (0: all)
-    database: str = ""  # MetaSchedule work dir: price kernels with the roofline fitted to its tuned kernels
-    # Or a benchmark JSON whose recorded "proxy" prices kernels (benchmarks/graph_rl.py --proxy-from): training
-    # then sees the same costs as the ablation it is compared with.
-    proxy_from: str = ""
-    # A tuning database folder whose records price every kernel it has tuned (`record_cost`; the roofline above
-    # prices the rest and computes the node features): the reward follows the kernels the graph will be built with.
-    # Searches steered by it found slower graphs (kernels matched by shapes: `record_cost`'s docstring).
-    price_records: str = ""
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    learning_rate: float = 5e-4
-    clip: float = 0.2
-    epochs: int = 4
-    minibatch: int = 16
-    value_coef: float = 0.5
-    entropy_coef: float = 0.01
-    max_grad_norm: float = 0.5
-    target_kl: float = 0.0  # > 0: stop an update's epochs once one moves the policy by more (CleanRL's)
-    kl_stop: str = "epoch"  # check target_kl after each epoch ("epoch") or before each minibatch's step ("step")
-    # "delta": each step's cost change (X-RLflow's reward); "best": the change of the cheapest graph seen, the one
-    # the pass keeps, so an uphill step that leads lower is not penalised (env.REWARDS)
-    reward: str = "delta"
-    # > 0: each model's rewards are scaled so that its episodes' running mean return is this. Models whose gains
-    # differ by several times then weigh alike in the update, and the critic predicts returns of one scale.
-    per_model_return: float = 0.0
-    # > 0: learn for the pass's objective, the best of a few episodes (risk_seeking): per model, only the episodes
-    # above the (1 - this) quantile of the iteration's speedups are learned from. 0: every episode, GAE advantages.
-    risk_epsilon: float = 0.0
-    # A policy.pt to start from instead of random weights (fine-tuning; no imitation then). Its network sizes
-    # must be hidden / gat_layers / heads; node features come from this run's pricing, as for a new policy.
-    init_policy: str = ""
-    imitation_episodes: int = 8  # greedy demonstrations cloned before PPO starts (0: PPO from scratch)
-    imitation_epochs: int = 20
-    hidden: int = 64
-    gat_layers: int = 3
-    heads: int = 4
-    seed: int = 0
-    workers: int = 1
-    torch_threads: int = 1
-    work_dir: str = "logs/graph_train"
-    snapshot_every: int = 0  # also keep policy_iterNNNN.pt every this many iterations, for a learning curve (0: no)
-    # Python modules imported first, in every worker too, so models they add with `models.register` exist there.
-    model_modules: tuple[str, ...] = ()
-
-
-def import_model_modules(modules: Sequence[str]) -> None:
-    """Import the modules that register the user's models; name the one that cannot be imported."""
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as err:
-            raise ImportError(f"--model-modules: cannot import {name!r} ({err}); it must be importable from "
-                              "the current directory or PYTHONPATH") from err
-
-
-def feature_spec(config: TrainConfig) -> FeatureSpec:
-    """The roofline a run prices kernels and computes node features with: the nominal one, fitted to
-    `config.database`'s tuned kernels (what `RLRewritePass` prices with), or the one recorded in
-    `config.proxy_from`."""
-    if config.proxy_from:
-        if config.database:
-            raise ValueError("give --database or --proxy-from, not both: each names the roofline to price with")
-        from .calibration import recorded_proxy
-
-        return FeatureSpec.of(recorded_proxy(config.proxy_from), config.target,
-                              source=f"roofline recorded in {config.proxy_from}")
-    return FeatureSpec.for_target(config.target, config.database or None)
-
-
-def make_env(model: str, config: TrainConfig, features: FeatureSpec | None = None):
-    """The rewrite environment of a zoo model, with the roofline cost as reward (fast enough to train on), or with
-    `config.price_records` the records' (as fast), and node features from the roofline: `features`, by default
-    `feature_spec(config)`."""
-    from .. import models
-    from .env import GraphRewriteEnv
-
-    import_model_modules(config.model_modules)
-    features = features or feature_spec(config)
-    cost = None
-    if config.price_records:
-        from .record_cost import shared_record_cost
-
-        cost = shared_record_cost(config.price_records, features.roofline)
-    return GraphRewriteEnv(models.load(model, config.size).mod, cap=config.cap, horizon=config.horizon,
-                           target=config.target, hardware=features.roofline, features=features, cost=cost,
-                           shortlist=config.shortlist or None, reward=config.reward,
-                           rules=with_all_matches(all_rules()) if config.all_matches else None)
-
-
-def play(env, policy: GraphActorCritic, rng: np.random.Generator, model: str = "", greedy: bool = False
-         ) -> Episode:
-    """One episode of `policy` in `env` (sampled from the policy with `rng`, or greedy)."""
-    ep = Episode(model)
-    obs, info = env.reset()
-    done = False
-    while not done:
-        decision = decision_from_observation(obs)
-        row, action, logp, value = policy.act(decision, rng, greedy=greedy)
-        obs, reward, terminated, truncated, info = env.step(action)
-        ep.decisions.append(decision)
-        ep.rows.append(row)
-        ep.logps.append(logp)
-        ep.values.append(value)
-        ep.rewards.append(reward)
-        done = terminated or truncated
-    # What the episode is rewarded for: its final graph, or with reward "best" the cheapest one it saw.
-    ep.speedup = info["initial_cost_ms"] / info["best_cost_ms" if env.reward == "best" else "cost_ms"]
-    ep.applied = info["applied"]
-    return ep
+from .train_update import ppo_update, scale_rewards
 
 
 def initial_weights(policy: GraphActorCritic, config: TrainConfig) -> None:

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 if TYPE_CHECKING:
     from .observation import FeatureSpec
-    from .train import TrainConfig
+    from .train_config import TrainConfig
     from .train_update import Episode
 
 _WORKER_ENVS: dict = {}
@@ -60,7 +60,7 @@ def _init_worker() -> None:
 
 def _worker_play(model: str, config: TrainConfig, state: dict, seed: int, features: FeatureSpec) -> Episode:
     from .agent import GraphActorCritic, PolicyConfig
-    from .train import make_env, play  # here, not at the top: train imports this module
+    from .train_play import make_env, play
 
     torch.set_num_threads(1)
     if model not in _WORKER_ENVS:

@@ -19,7 +19,7 @@ from .observation import Decision
 from .risk_seeking import risk_seeking_advantages
 
 if TYPE_CHECKING:
-    from .train import TrainConfig
+    from .train_config import TrainConfig
 
 
 @dataclass

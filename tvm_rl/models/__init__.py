@@ -8,10 +8,6 @@ from __future__ import annotations
 import torch
 
 from . import transformers, vision  # noqa: F401  (registers the zoo)
-
-# isort: split
-# After the zoo (heldout imports vision), so that registration order, and names()'s, stays the zoo's own.
-from . import heldout  # noqa: F401  (registers the held-out test models: names("heldout"))
 from .importer import Model, export_onnx, from_onnx, from_torch
 from .registry import SIZES, names, register, spec
 

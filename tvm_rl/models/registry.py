@@ -46,7 +46,8 @@ def spec(name: str) -> ModelSpec:
         raise UnknownModelError(f"unknown zoo model {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
 
 
-HELD_OUT = "heldout"  # test models for zero-shot evaluation, kept out of the default zoo (see models/heldout.py)
+# test models for zero-shot evaluation, kept out of the default zoo (registered by tests/support/heldout_models.py)
+HELD_OUT = "heldout"
 
 
 def names(family: str | None = None) -> list[str]:

@@ -12,11 +12,11 @@ from dataclasses import asdict, dataclass
 
 import tvm
 
-from .. import measure
-from ..database import DatabaseLike
-from .gemm_cost import matmul_gemm
-from .profiles import arg_shapes, graph_roofline_ms, profiles_of
-from .roofline import Roofline
+from tvm_rl import measure
+from tvm_rl.database import DatabaseLike
+from tvm_rl.graph.gemm_cost import matmul_gemm
+from tvm_rl.graph.profiles import arg_shapes, graph_roofline_ms, profiles_of
+from tvm_rl.graph.roofline import Roofline
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 
 import tvm
 
-from .profiles import fused_groups
-from .roofline import KINDS, Roofline
+from tvm_rl.graph.profiles import fused_groups
+from tvm_rl.graph.roofline import KINDS, Roofline
 
 # The kinds a compute-bound kernel's FLOPs could end up priced as, by the kind it has now: a kernel can become
 # cheaper while keeping its FLOPs only by moving to a kind whose roofline has a higher peak. A convolution can

@@ -1,4 +1,4 @@
-"""tvm_rl.graph.cost_shares: a graph's priced time by kind, and the part of it no FLOP-preserving rewrite can
+"""benchmarks.graphs.cost_shares: a graph's priced time by kind, and the part of it no FLOP-preserving rewrite can
 lower; benchmarks/graph_cost_shares.py prices a model and the default arm's graph of it."""
 import json
 import math
@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.graphs.cost_shares import cost_shares
+from tests.support import graph_examples as T
 from tvm_rl.graph import profiles, roofline
-from tvm_rl.graph import testing as T
-from tvm_rl.graph.cost_shares import cost_shares
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import graph_cost_shares  # noqa: E402

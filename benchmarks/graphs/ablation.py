@@ -20,10 +20,10 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import tvm
 
-from . import arms, defaults, search
-from .agent import GraphActorCritic
-from .cost import CostFn
-from .rules import AllMatches, all_rules
+from tvm_rl.graph import arms, defaults, search
+from tvm_rl.graph.agent import GraphActorCritic
+from tvm_rl.graph.cost import CostFn
+from tvm_rl.graph.rules import AllMatches, all_rules
 
 BASELINES = ("greedy", "greedy-never-stop", "backtracking-100", "backtracking-1000")
 ALL = arms.ARMS + BASELINES
@@ -102,7 +102,7 @@ class Run:
 
 def run(mod: tvm.IRModule, arm: str, cost_fn: Callable[[], CostFn], settings: Settings, seed: int = 0) -> Run:
     """One run of `arm` on `mod`, priced by a fresh `cost_fn()`; `seed` seeds the pass's arms."""
-    from .rewrite_pass import RLRewritePass
+    from tvm_rl.graph.rewrite_pass import RLRewritePass
 
     arm, fn, s = check_arm(arm), cost_fn(), settings
     rules = all_rules(s.fast_math)

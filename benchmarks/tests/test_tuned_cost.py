@@ -2,9 +2,9 @@
 import pytest
 import tvm_ffi
 
-from tvm_rl import tuned_cost
+from benchmarks.graphs import tuned_cost
+from tests.support import graph_examples as testing
 from tvm_rl.database import RECORDS, TuningDatabase, open_database
-from tvm_rl.graph import testing
 
 
 def _best_ms(database) -> dict[str, float]:

@@ -1,7 +1,9 @@
 """The proxy audit: every lowered kernel priced and timed, totals that add up, a table that reads them."""
 import pytest
 
-from tvm_rl.graph import proxy_audit, roofline, testing
+from benchmarks.graphs import proxy_audit
+from tests.support import graph_examples as testing
+from tvm_rl.graph import roofline
 from tvm_rl.graph.profiles import graph_roofline_ms
 
 

@@ -1,11 +1,12 @@
-"""tvm_rl.graph.headroom and benchmarks/graph_headroom.py on small hand-made ablation JSONs."""
+"""benchmarks.graphs.headroom and benchmarks/graph_headroom.py on small hand-made ablation JSONs."""
 import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from tvm_rl.graph import defaults, headroom
+from benchmarks.graphs import headroom
+from tvm_rl.graph import defaults
 
 PASS = {"time_budget_s": defaults.TIME_BUDGET_S, "episodes": defaults.EPISODES, "max_steps": defaults.MAX_STEPS,
         "cap": defaults.CAP, "shortlist": defaults.SHORTLIST, "all_matches": True}

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from tests.support import graph_examples as T
 from tvm_rl import measure
 from tvm_rl.graph import cost, roofline
-from tvm_rl.graph import testing as T
 from tvm_rl.graph.rules import get_rule
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tvm
 
-from .graph.cost import CostFn, Memo, PairMeasure, end_to_end_ms, pair_measure
+from tvm_rl.graph.cost import CostFn, Memo, PairMeasure, end_to_end_ms, pair_measure
 
 
 def tuned_pair_measure(target: tvm.target.Target | str, inputs: Sequence[np.ndarray] | None, work_dir: str | Path,
@@ -34,7 +34,7 @@ def tuned_end_to_end_cost(target: tvm.target.Target | str, inputs: Sequence[np.n
 def database_tuner(target, work_dir: str | Path, trials_per_kernel: int,
                    **tune_options) -> Callable[[tvm.IRModule], tvm.s_tir.meta_schedule.Database]:
     """mod -> the database of `work_dir` after tuning mod's kernels there (`tune.tune_model`)."""
-    from .tune import tune_model
+    from tvm_rl.tune import tune_model
 
     return lambda mod: tune_model(mod, target, work_dir, trials_per_kernel=trials_per_kernel, **tune_options)[0]
 
@@ -50,7 +50,7 @@ def best_of_seeds_tuner(target, work_dir: str | Path, trials_per_kernel: int, se
     (`seed_folder`), `work_dir` then refreshed as their merge: every kernel built with the best record any seed
     found. A few trials per kernel leave some kernels badly tuned, and which ones depends on the seed (a re-tune
     at 16 trials moved a rewritten graph by a third), so comparing graphs needs more than one tuning."""
-    from .database import TuningDatabase, merge_databases, open_database
+    from tvm_rl.database import TuningDatabase, merge_databases, open_database
 
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"tune seeds must be distinct and at least one, not {list(seeds)}")

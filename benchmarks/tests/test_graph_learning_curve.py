@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tvm_rl.graph import ablation
+from benchmarks.graphs import ablation
 from tvm_rl.graph.train import TrainConfig, train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

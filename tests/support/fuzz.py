@@ -11,7 +11,7 @@ second reader, a broadcasting constant, a training batch_norm, a gelu before max
 output to a tolerance relative to its own scale; all of one graph's variants are compiled in one build
 (`verify.run_variants`), which is the expensive part.
 
-    python -m tvm_rl.graph.fuzz --examples 200 --seed 1 [--steps 4]
+    python -m tests.support.fuzz --examples 200 --seed 1 [--steps 4]
 
 prints progress and a per-family coverage table, and exits non-zero after printing a reproducer for any
 rewrite that changed a result.
@@ -30,16 +30,17 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .. import measure
-from ..errors import MismatchError
-from .candidates import enumerate_candidates
+from tvm_rl import measure
+from tvm_rl.errors import MismatchError
+from tvm_rl.graph.candidates import enumerate_candidates
+from tvm_rl.graph.rules import Match, all_rules, rule_names
+from tvm_rl.graph.verify import random_inputs, run_variants
+
 from .fuzz_motifs import MOTIFS, _Tensor
 from .fuzz_motifs_any import AnyMotifs
 from .fuzz_motifs_image import ImageMotifs
 from .fuzz_motifs_sequence import SequenceMotifs
 from .fuzz_motifs_transformer import TransformerMotifs
-from .rules import Match, all_rules, rule_names
-from .verify import random_inputs, run_variants
 
 # Rewrites reorder float arithmetic (merged convolutions, folded constants); float16 keeps ~3 digits.
 TOLERANCES = {"float32": (1e-4, 1e-4), "float16": (2e-2, 2e-2)}
@@ -136,7 +137,7 @@ class Failure:
         # A find that raised broke on the graph the rewrites lead to; otherwise the last rewrite broke it.
         which = "leading to the graph it failed on" if "find raised" in self.reason else "the last one broke it"
         return (f"FAILED example {self.example} (seed {self.seed}): {self.reason}\n"
-                f"reproduce: python -m tvm_rl.graph.fuzz --seed {self.seed} --first {self.example} --examples 1"
+                f"reproduce: python -m tests.support.fuzz --seed {self.seed} --first {self.example} --examples 1"
                 f"{self.options}\n"
                 f"rewrites, in order ({which}):\n{steps}\n"
                 f"original graph:\n{self.original.script()}")
@@ -399,7 +400,7 @@ def fuzz(examples: int, seed: int = 0, first: int = 0, walks: int = 3, steps: in
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tvm_rl.graph.fuzz", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tests.support.fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument("--examples", type=int, default=100, help="random graphs to fuzz")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--first", type=int, default=0, help="index of the first example (to re-run one)")

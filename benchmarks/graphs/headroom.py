@@ -15,7 +15,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from . import ablation, arms, defaults
+from tvm_rl.graph import arms, defaults
+
+from . import ablation
 
 TARGET = 1.05  # issue 20: the learned default >= 1.05x over the best non-learned arm ...
 TARGET_MODELS = 3  # ... on >= 3 models
