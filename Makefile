@@ -24,14 +24,14 @@ demo: $(STAMP)
 # long end-to-end tests, which would otherwise queue behind one module on one worker. PYTEST_WORKERS=0 runs serially.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=15 -n $(PYTEST_WORKERS) --dist worksteal tests
+	$(PY) -m pytest -q --durations=15 -n $(PYTEST_WORKERS) --dist worksteal tests benchmarks/tests
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) tests benchmarks/tests
 
 # ruff (lint + import order) and mypy, configured in pyproject.toml; CI runs it before the tests.
 lint: $(STAMP)
-	$(PY) -m ruff check tvm_rl tests benchmarks tutorials
+	$(PY) -m ruff check tvm_rl tests benchmarks tutorials conftest.py
 	$(PY) -m mypy
 
 clean:

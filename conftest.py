@@ -1,3 +1,4 @@
+"""Fixtures and set-up shared by the package's tests (tests/) and the benchmarks' own tests (benchmarks/tests/)."""
 import os
 from pathlib import Path
 
@@ -7,7 +8,7 @@ from tvm_rl import measure
 
 # CI keeps TVM's TopHub logs beside the checkout (they are data, never committed). The package itself reads only
 # $TVM_RL_TOPHUB_DIR or ~/.tvm/tophub, so the tests (and the tutorials they run) point the variable there.
-_TOPHUB = Path(__file__).resolve().parents[2] / "shared" / "tophub"
+_TOPHUB = Path(__file__).resolve().parents[1] / "shared" / "tophub"
 if _TOPHUB.is_dir():
     os.environ.setdefault("TVM_RL_TOPHUB_DIR", str(_TOPHUB))
 

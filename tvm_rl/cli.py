@@ -13,19 +13,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="tvm_rl.optimize on a built-in CNN block beside TVM's default build, MetaSchedule, "
                    "PyTorch and ONNX Runtime (see `tvm-rl demo --help`)", add_help=False)
-    sub.add_parser("bench", help="baseline benchmark of zoo models (see `tvm-rl bench --help`)", add_help=False)
     sub.add_parser("tune", help="tune TopHub tasks or a model's kernels (see `tvm-rl tune --help`)", add_help=False)
     sub.add_parser("corpus", help="measure a corpus of schedules, pre-train a cost model on it, evaluate it "
                    "(see `tvm-rl corpus --help`)", add_help=False)
-    sub.add_parser("bench-tuner", help="compare search strategies on TopHub tasks (`tvm-rl bench-tuner --help`)",
-                   add_help=False)
     sub.add_parser("optimize", help="graph pass + kernel tuning + build + check, end to end "
                    "(see `tvm-rl optimize --help`)", add_help=False)
     sub.add_parser("rewrite", help="rewrite a model's graph with the graph pass, RLRewritePass "
                    "(see `tvm-rl rewrite --help`)", add_help=False)
     sub.add_parser("train", help="train the graph rewrite policy with PPO (see `tvm-rl train --help`)",
                    add_help=False)
-    sub.add_parser("report", help="summarise a work dir's reports, databases, training runs and benchmarks "
+    sub.add_parser("report", help="summarise a work dir's reports, databases and training runs "
                    "(see `tvm-rl report --help`)", add_help=False)
     args, rest = ap.parse_known_args(argv)
     try:
@@ -61,21 +58,12 @@ def _run(command: str, rest: list[str]) -> int:
 
         return tune_main(rest)
     if command == "corpus":
-        from .tune.corpus_command import main as corpus_main
+        from .tune.corpus.command import main as corpus_main
 
         return corpus_main(rest)
-    if command == "bench-tuner":
-        from .tune.benchmark import main as tuner_bench
+    from .demo import main as demo_main
 
-        return tuner_bench(rest, prog="tvm-rl bench-tuner")
-    if command == "demo":
-        from .demo import main as demo_main
-
-        return demo_main(rest)
-    from . import bench
-
-    bench.main(rest, prog="tvm-rl bench")
-    return 0
+    return demo_main(rest)
 
 
 if __name__ == "__main__":

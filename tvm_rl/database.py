@@ -40,6 +40,17 @@ RECORDS = "database_tuning_record.json"
 EXHAUSTED = "exhausted.json"  # workloads whose design space ran out, with their record counts then
 ROOFLINE = "roofline.json"  # the graph proxy's rooflines fitted to these kernels (`graph.calibration`)
 FAILURES = "failures.jsonl"  # why candidates failed (`tune.runner.FailureLog`); the records keep only 1e10 s
+# MetaSchedule's run time for a candidate that failed to build or run; a record at or above it is a failure.
+FAILED_SECONDS = 1e10
+
+
+def record_seconds(run_secs: Iterable[float] | None) -> float | None:
+    """A record's run time: the mean of its repeats (how MetaSchedule orders records), or None for a failed
+    candidate (no times, a time that is not finite and positive, or MetaSchedule's `FAILED_SECONDS`)."""
+    secs = [float(s) for s in (run_secs or ())]
+    if not secs or not all(0.0 < s < FAILED_SECONDS for s in secs):
+        return None
+    return sum(secs) / len(secs)
 
 
 def check_database_dir(work_dir: str | Path) -> None:

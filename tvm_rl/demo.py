@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import measure, models
+from . import measure, models, paths
 from .database import TuningDatabase
 from .graph import defaults
 
@@ -114,13 +114,14 @@ def _arm_db(path: Path) -> dict:
     return {"measurements": folder.record_count(), "failed": folder.failure_count()}
 
 
-def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", work_dir: str | Path = "logs/demo",
+def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm",
+        work_dir: str | Path | None = None,
         seed: int = 0, rewrite_seconds: float = defaults.TIME_BUDGET_S, rounds: int = 30, threads: int | None = None,
         fresh: bool = False, plot: bool = True, ablation: bool = True) -> dict:
-    """Run the demo and return its result (also written to `work_dir/demo.json`)."""
+    """Run the demo and return its result (also written to `work_dir/demo.json`; default work dir:
+    `paths.work_dir() / "demo"`)."""
     import onnxruntime as ort
 
-    from .bench import tolerance
     from .flow import optimize
     from .graph.arms import DEFAULT_ARM
     from .tune import search_strategy, tune_model
@@ -132,7 +133,8 @@ def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", 
         raise TvmRlError("the demo compares against PyTorch and ONNX Runtime on the CPU; for CUDA use "
                          "`tvm-rl optimize` and benchmarks/baseline.py --target cuda")
     threads = threads or os.cpu_count() or 1
-    work = Path(work_dir) / f"{size}_{tgt.kind.name}_{trials}t_seed{seed}"
+    root = Path(work_dir) if work_dir is not None else paths.work_dir() / "demo"
+    work = root / f"{size}_{tgt.kind.name}_{trials}t_seed{seed}"
     if fresh and work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
@@ -143,7 +145,7 @@ def run(size: str = "full", trials: int = DEFAULT_TRIALS, target: str = "llvm", 
     _say(f"1/5 the block: MobileNet-V2 inverted residual ({size}), imported from PyTorch into Relax")
     m = demo_model(size, seed)
     expected = m.reference_outputs()
-    atol = tolerance(expected)
+    atol = measure.tolerance(expected)
     print(f"{m.name}: input {m.inputs[0].shape}")
 
     _say("2/5 TVM's default pipeline (no tuning)")
@@ -305,7 +307,8 @@ def parser(prog: str = "tvm-rl demo") -> argparse.ArgumentParser:
     ap.add_argument("--size", default="full", choices=list(SIZES), help="the block's size (tiny: a quick check)")
     ap.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="measured trials per kernel, for both tuners")
     ap.add_argument("--target", default="llvm", help="a CPU target (default: llvm, this CPU)")
-    ap.add_argument("--work-dir", default="logs/demo", help="databases, JSON and plot go under here")
+    ap.add_argument("--work-dir", default=None, help="databases, JSON and plot go under here (default "
+                    f"{paths.WORK_DIR_HELP}, then demo/)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rewrite-seconds", type=float, default=defaults.TIME_BUDGET_S,
                     help=f"time budget of the graph rewrite pass (default {defaults.TIME_BUDGET_S:g}, the pass's own)")

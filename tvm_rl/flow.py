@@ -16,7 +16,8 @@ import numpy as np
 import tvm
 import tvm_ffi
 
-from . import measure, models
+from . import measure, models, paths
+from .database import TuningDatabase
 from .errors import MismatchError, TvmRlError
 from .fast_math import default_for as fast_math_default
 from .fast_math import fast_math as lower_fast_math
@@ -121,9 +122,9 @@ class _Round:
     tuned_ms: float = 0.0
 
 
-def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning_dir: Path, policy, steps: int, seconds: float,
-             seed: int, fast_math: bool) -> tuple[tvm.IRModule, object]:
-    """The graph pass on `mod`, priced by the roofline fitted to `tuning_dir`'s tuned kernels (nominal when there
+def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning: TuningDatabase, policy, steps: int,
+             seconds: float, seed: int, fast_math: bool) -> tuple[tvm.IRModule, object]:
+    """The graph pass on `mod`, priced by the roofline fitted to `tuning`'s tuned kernels (nominal when there
     are none); (rewritten module, the pass's report)."""
     from .graph.calibration import proxy_roofline
     from .graph.cost import roofline_cost
@@ -131,19 +132,19 @@ def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning_dir: Path, pol
 
     # Kernels tuned by an earlier run or round in this work dir price the graph better than the nominal roofline.
     rl = RLRewritePass(target, policy, max_steps=steps, time_budget_s=seconds, confirm=False, seed=seed,
-                       cost=roofline_cost(proxy_roofline(target, tuning_dir)), fast_math=fast_math)
+                       cost=roofline_cost(proxy_roofline(target, tuning)), fast_math=fast_math)
     out = rl(mod)
     return out, rl.last_report
 
 
 def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Sequence | None = None,
-             shapes: dict[str, Sequence[int]] | None = None, name: str | None = None, work_dir: str | Path = "logs",
-             rewrite: bool = True, policy=None, rewrite_steps: int = defaults.MAX_STEPS,
-             rewrite_seconds: float = defaults.TIME_BUDGET_S,
+             shapes: dict[str, Sequence[int]] | None = None, name: str | None = None,
+             work_dir: str | Path | None = None, rewrite: bool = True, policy=None,
+             rewrite_steps: int = defaults.MAX_STEPS, rewrite_seconds: float = defaults.TIME_BUDGET_S,
              trials_per_kernel: int = 16, strategy: str | None = None, seed: int = 0, repeat: int = 20,
              rtol: float = 1e-3, atol: float = 1e-3, cost_model: str | None = None,
              graph_rounds: int = 1, fast_math: bool | None = None) -> Optimized:
-    """Optimize `model` for `target`; everything it writes goes under `work_dir` (database in
+    """Optimize `model` for `target`; everything it writes goes under `work_dir` (None: `paths.work_dir()`; database in
     `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). `policy` chooses the graph
     pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
     ("cheapest-first", a rule without learning, which the learned policy did not beat); "trained" or a
@@ -163,7 +164,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     from .tune.cost_model import from_spec as cost_model_from_spec
 
     target = measure.parse_target(target)
-    work = Path(work_dir)
+    work = Path(work_dir) if work_dir is not None else paths.work_dir()
     seconds: dict[str, float] = {}
     t = time.perf_counter()
     m = _as_model(model, example_inputs, shapes, name)
@@ -180,7 +181,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     report.default_ms = default.time(m.inputs, repeat=repeat).median_ms
     seconds["default build"] = time.perf_counter() - t
 
-    tuning_dir = work / "tuning" / target.kind.name
+    # One database for the run: the graph pass prices with its records and every round tunes into it.
+    tuning = TuningDatabase(work / "tuning" / target.kind.name)
     rounds: list[_Round] = []
     repeated: list[dict] = []  # the round that chose an earlier round's graph, if one did
     finish = 0.0  # seconds building, checking and timing the rounds' graphs
@@ -188,7 +190,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
         mod, rl_report = m.mod, None
         if rewrite:
             t = time.perf_counter()
-            mod, rl_report = _rewrite(m.mod, target, tuning_dir, policy, rewrite_steps, rewrite_seconds, seed,
+            mod, rl_report = _rewrite(m.mod, target, tuning, policy, rewrite_steps, rewrite_seconds, seed,
                                       report.fast_math)
             seconds["graph pass" + (f" {r + 1}" if r else "")] = time.perf_counter() - t
         if report.fast_math:
@@ -199,7 +201,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
             repeated.append({"round": r + 1, "same_graph_as_round": same + 1})
             break
         t = time.perf_counter()
-        database, tuned = tune_model(mod, target, tuning_dir, trials_per_kernel=trials_per_kernel,
+        database, tuned = tune_model(mod, target, tuning, trials_per_kernel=trials_per_kernel,
                                      trials_per_iter=min(8, trials_per_kernel), strategy=strategy, seed=seed,
                                      cost_model=cost_model_from_spec(cost_model, seed, target.kind.name))
         report.kernels_tuned += tuned.tasks

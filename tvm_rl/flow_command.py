@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from . import paths
 from .graph import defaults
 from .tune import search_strategy
 
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=(
         "Optimize a model end to end: graph pass (RLRewritePass; --policy), kernel tuning (--strategy) into one "
         "database, build, output check against the source model, timing. Example: "
-        "tvm-rl optimize --onnx model.onnx --trials 16 --export logs/model.so"))
+        "tvm-rl optimize --onnx model.onnx --trials 16 --export model.so"))
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="a zoo model name, tiny size (see tvm_rl.models.names())")
     what.add_argument("--onnx", help="an ONNX file")
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
                     help="build erf / exp / tanh (GELU, SiLU, sigmoid, softmax) with TVM's vectorisable "
                          "approximations, a few ulp off (default: on for CPU targets, off for GPUs)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--work-dir", default="logs", help="database, report (default logs/)")
+    ap.add_argument("--work-dir", default=None, help=f"database, report (default {paths.WORK_DIR_HELP})")
     ap.add_argument("--export", default=None, metavar="FILE.so", help="write the compiled library here")
     args = ap.parse_args(argv)
 

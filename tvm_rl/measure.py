@@ -311,6 +311,12 @@ def output_scale(reference: Sequence[np.ndarray]) -> float:
     return max((float(np.abs(r).max()) for r in reference if np.asarray(r).size), default=0.0) or 1.0
 
 
+def tolerance(reference: Sequence[np.ndarray]) -> float:
+    """An absolute tolerance for whole-model outputs, scaled to their magnitude (float32 sums over deep models
+    drift with it): 1e-3 x the largest magnitude, at least 1e-3."""
+    return 1e-3 * max(1.0, output_scale(reference))
+
+
 def assert_close(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], rtol: float = 1e-4,
                  atol: float = 1e-4, what: str = "outputs") -> Comparison:
     """`compare`, raising MismatchError (naming the output and the error) when outside tolerance."""

@@ -12,3 +12,13 @@ def cache_dir() -> Path:
         return Path(own).expanduser()
     base = os.environ.get("XDG_CACHE_HOME")
     return (Path(base).expanduser() if base else Path.home() / ".cache") / "tvm-rl"
+
+
+WORK_DIR_HELP = "$TVM_RL_WORK, else ./tvm_rl_work"
+
+
+def work_dir() -> Path:
+    """Where a command's output goes unless `--work-dir` says otherwise: `$TVM_RL_WORK`, else `./tvm_rl_work`
+    (reports, tuning databases, exported libraries, training runs; kept between runs so that tuning resumes)."""
+    own = os.environ.get("TVM_RL_WORK")
+    return Path(own).expanduser() if own else Path("tvm_rl_work")

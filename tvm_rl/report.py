@@ -1,8 +1,9 @@
 """`tvm-rl report`: what a work dir holds, as Markdown tables and plots.
 
-Every tvm-rl command writes under one `--work-dir` (default `logs/`): `optimize_<model>.json` reports,
-MetaSchedule tuning databases, graph-policy training runs (`train.csv`), and the benchmarks' JSON. This reads
-whichever of them are there and prints one section per kind; nothing is measured again.
+Every tvm-rl command writes under one `--work-dir` (default `paths.work_dir()`): `optimize_<model>.json` reports,
+MetaSchedule tuning databases and graph-policy training runs (`train.csv`). This reads whichever of them are there
+and prints one section per kind; nothing is measured again. (The benchmarks' JSON has its own reader in the
+repository, `python -m benchmarks.report`.)
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
+from . import paths
 from .database import TuningDatabase
 from .errors import TvmRlError
 
@@ -100,63 +102,6 @@ def training_section(work_dir: Path) -> str:
         ["run", "iterations", "last mean return", "last mean speedup", "curve"], rows)
 
 
-def _graph_bench(data: dict) -> str:
-    """A graph benchmark's JSON (graph_search / graph_rl): latency and speedup per variant and model."""
-    models = {n: r for n, r in data.get("models", {}).items() if isinstance(r, dict)}
-    keys = [k for k in ("original", "relax_builtin", "greedy", "backtracking", "rl")
-            if any(k in r for r in models.values())]
-    rows = [[name] + [f"{_ms(r[k]['latency_ms'])} ({r[k]['speedup']:.2f}x)" if k in r else "-" for k in keys]
-            for name, r in models.items()]
-    unit = "ms" if data.get("measured", True) else "proxy ms"
-    return _table(["model"] + [f"{k} {unit}" for k in keys], rows)
-
-
-def _baseline_bench(data: dict) -> str:
-    rows = []
-    for name, r in data.get("models", {}).items():
-        get = lambda k: (r.get(k) or {}).get("ms")  # noqa: E731
-        rows.append((name, _ms(get("tvm_default")), _ms(get("tvm_tuned")), _ms(get("torch")),
-                     _ms(get("onnxruntime"))))
-    return _table(["model", "TVM default ms", "TVM tuned ms", "PyTorch ms", "ONNX Runtime ms"], rows)
-
-
-def _tuner_bench(data: dict) -> str:
-    from .tune.benchmark import format_table, summarise
-
-    trials = data.get("settings", {}).get("trials", 0)
-    return format_table(summarise(data.get("runs", []), trials), trials)
-
-
-def _tuner_e2e_bench(data: dict) -> str:
-    from .tuner_e2e import format_table
-
-    settings = data.get("settings", {})
-    tables = [format_table(name, entry, settings).strip("\n") for name, entry in data.get("models", {}).items()
-              if isinstance(entry, dict) and entry.get("timing")]
-    return "```\n" + "\n\n".join(tables) + "\n```" if tables else "(no model timed yet in this file)"
-
-
-# A file is reported by the longest prefix its name starts with (tuner_e2e_llvm.json is not a tuner_ benchmark).
-BENCHMARKS: dict[str, tuple[str, Callable[[dict], str]]] = {
-    "baseline_": ("Baseline (`benchmarks/baseline.py`)", _baseline_bench),
-    "graph_search_": ("Graph search (`benchmarks/graph_search.py`)", _graph_bench),
-    "graph_rl_": ("Graph RL pass (`benchmarks/graph_rl.py`)", _graph_bench),
-    "tuner_": ("Schedule tuner (`benchmarks/tuner.py`)", _tuner_bench),
-    "tuner_e2e_": ("Whole models tuned end to end (`benchmarks/tuner_e2e.py`)", _tuner_e2e_bench),
-}
-
-
-def benchmarks_section(work_dir: Path) -> str:
-    """The benchmark JSONs in the work dir, each as its table."""
-    parts = []
-    for path in sorted(work_dir.glob("*.json")):
-        prefix = max((p for p in BENCHMARKS if path.name.startswith(p)), key=len, default=None)
-        if prefix is not None and (data := _load(path)) is not None:
-            title, fmt = BENCHMARKS[prefix]
-            parts.append(f"### {title}: `{path.name}`\n\n{fmt(data)}")
-    return "## Benchmarks\n\n" + "\n\n".join(parts) if parts else ""
-
-
 def _bar_plot(labels: Sequence[str], values: Sequence[float], ylabel: str, path: Path) -> None:
     import matplotlib
 
@@ -173,27 +118,29 @@ def _bar_plot(labels: Sequence[str], values: Sequence[float], ylabel: str, path:
     plt.close(fig)
 
 
-def report(work_dir: str | Path = "logs", plots: bool = True) -> str:
+def report(work_dir: str | Path | None = None, plots: bool = True) -> str:
     """The Markdown report of everything under `work_dir` (TvmRlError if the directory does not exist)."""
-    work_dir = Path(work_dir)
+    work_dir = Path(work_dir) if work_dir is not None else paths.work_dir()
     if not work_dir.is_dir():
         raise TvmRlError(f"no work dir {work_dir}: pass the --work-dir your tvm-rl commands wrote to")
     sections = [s for s in (optimize_section(work_dir, plots), databases_section(work_dir),
-                            training_section(work_dir), benchmarks_section(work_dir)) if s]
+                            training_section(work_dir)) if s]
     if not sections:
         return (f"# tvm-rl report: {work_dir}\n\nNothing to report: no optimize reports, tuning databases, "
-                "training runs or benchmark JSON here yet.\n")
+                "training runs here yet.\n")
     return f"# tvm-rl report: {work_dir}\n\n" + "\n\n".join(sections) + "\n"
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "tvm-rl report") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=(
-        "Summarise a work dir: optimize reports, tuning databases, graph training runs and benchmark results, "
+        "Summarise a work dir: optimize reports, tuning databases and graph training runs, "
         "as Markdown (printed, and written to WORK_DIR/report.md) with plots beside it."))
-    ap.add_argument("--work-dir", default="logs", help="the --work-dir your commands wrote to (default logs/)")
+    ap.add_argument("--work-dir", default=None, help="the --work-dir your commands wrote to (default "
+                    f"{paths.WORK_DIR_HELP})")
     ap.add_argument("--no-plots", action="store_true", help="tables only")
     args = ap.parse_args(argv)
-    text = report(args.work_dir, plots=not args.no_plots)
+    work_dir = Path(args.work_dir) if args.work_dir else paths.work_dir()
+    text = report(work_dir, plots=not args.no_plots)
     print(text)
-    (Path(args.work_dir) / "report.md").write_text(text)
+    (work_dir / "report.md").write_text(text)
     return 0

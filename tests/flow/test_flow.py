@@ -4,9 +4,9 @@ import tvm
 from tvm import relax
 
 import tvm_rl
+from tests.support import graph_examples as T
 from tvm_rl.errors import TvmRlError
 from tvm_rl.graph import arms
-from tvm_rl.graph import testing as T
 
 
 @pytest.mark.slow
