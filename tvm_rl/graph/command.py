@@ -8,7 +8,7 @@ from pathlib import Path
 
 import tvm
 
-from .. import measure, models
+from .. import measure, models, paths
 from . import defaults
 from .arms import ARMS, DEFAULT_ARM
 
@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     ap.add_argument("--allow-feature-mismatch", action="store_true", help="use a policy trained for another "
                     "target kind (CPU/GPU) anyway (refused by default: it would read features on another scale)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--work-dir", default="logs", help="where rewrite_<model>.json and .relax.json go")
+    ap.add_argument("--work-dir", default=None, help="where rewrite_<model>.json and .relax.json go (default "
+                    f"{paths.WORK_DIR_HELP})")
     args = ap.parse_args(argv)
 
     from .rewrite_pass import RLRewritePass
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl rewrite") -> int:
     out = rewrite(model.mod)
     r = rewrite.last_report
     name = args.model or Path(args.onnx).stem
-    work = Path(args.work_dir)
+    work = Path(args.work_dir) if args.work_dir else paths.work_dir()
     work.mkdir(parents=True, exist_ok=True)
     (work / f"rewrite_{name}.relax.json").write_text(tvm.ir.save_json(out))
     report = {"model": name, "target": str(target), "policy": args.policy, "kept": r.kept, "reason": r.reason,

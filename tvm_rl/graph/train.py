@@ -1,6 +1,6 @@
 """PPO training of the graph rewrite policy, readable top to bottom (CleanRL's style; the update is `train_update`).
 
-    python -m tvm_rl.graph.train --models bert resnet18 --iterations 30 --work-dir logs/graph_train
+    python -m tvm_rl.graph.train --models bert resnet18 --iterations 30
 
 Each iteration plays `episodes_per_iteration` episodes (models in turn; in `workers` processes when > 1),
 then runs `epochs` passes of clipped PPO (`tvm_rl.rl.ppo`) over minibatches of decisions. Everything lands in

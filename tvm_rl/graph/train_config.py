@@ -3,8 +3,10 @@ update and the imitation warm start all read them."""
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
+
+from .. import paths
 
 
 @dataclass
@@ -60,7 +62,7 @@ class TrainConfig:
     seed: int = 0
     workers: int = 1
     torch_threads: int = 1
-    work_dir: str = "logs/graph_train"
+    work_dir: str = field(default_factory=lambda: str(paths.work_dir() / "graph_train"))
     snapshot_every: int = 0  # also keep policy_iterNNNN.pt every this many iterations, for a learning curve (0: no)
     # Python modules imported first, in every worker too, so models they add with `models.register` exist there.
     model_modules: tuple[str, ...] = ()

@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .. import paths
 from ..measure import host_cpu_target, parse_target
 from . import cost_model, search_strategy
 from .tasks import tune_model, tune_workloads
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
                          "the shipped model, refined on the run's records, where one is shipped, else xgb")
     ap.add_argument("--check-results", action="store_true",
                     help="run each candidate once against the unscheduled kernel first; a wrong one is a failure")
-    ap.add_argument("--work-dir", default=None, help="database folder (default logs/tuning/<target kind>)")
+    ap.add_argument("--work-dir", default=None, help="database folder (default "
+                    f"{paths.WORK_DIR_HELP}, then tuning/<target kind>)")
     remote = ap.add_argument_group(
         "remote measurement", "Build candidates here and time them on devices registered with a TVM RPC tracker.\n"
         "On a machine the devices can reach:   python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190\n"
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     args = ap.parse_args(argv)
 
     target = host_cpu_target() if args.target == "llvm" else parse_target(args.target)
-    work_dir = Path(args.work_dir or f"logs/tuning/{target.kind.name}")
+    work_dir = Path(args.work_dir) if args.work_dir else paths.work_dir() / "tuning" / target.kind.name
     runner = "local"
     if args.rpc_tracker or args.rpc_key:
         runner = _remote_runner(args, ap)

@@ -1,10 +1,10 @@
 """`tvm-rl corpus`: build a corpus of measured schedules for this device, train a cost model on it, evaluate it.
 
-    tvm-rl corpus build --tophub --zoo --out logs/corpus/llvm                 # rerun to resume
-    tvm-rl corpus train --corpus logs/corpus/llvm                             # -> logs/corpus/llvm/cost_model.npz
-    tvm-rl corpus evaluate --corpus logs/corpus/llvm                          # -> logs/pretrained_eval_llvm.json
-    tvm-rl corpus train-policy --corpus logs/corpus/llvm                      # -> logs/corpus/llvm/policy.pt
-    tvm-rl corpus compare-policy --corpus logs/corpus/llvm --heldout NAME ... # offline: policy vs untrained walks
+    tvm-rl corpus build --tophub --zoo                  # -> tvm_rl_work/corpus/llvm (the work dir); rerun to resume
+    tvm-rl corpus train --corpus tvm_rl_work/corpus/llvm          # -> tvm_rl_work/corpus/llvm/cost_model.npz
+    tvm-rl corpus evaluate --corpus tvm_rl_work/corpus/llvm       # -> tvm_rl_work/pretrained_eval_llvm.json
+    tvm-rl corpus train-policy --corpus tvm_rl_work/corpus/llvm   # -> tvm_rl_work/corpus/llvm/policy.pt
+    tvm-rl corpus compare-policy --corpus tvm_rl_work/corpus/llvm --heldout NAME ...  # policy vs untrained walks
 """
 from __future__ import annotations
 
@@ -13,15 +13,17 @@ import json
 import sys
 from pathlib import Path
 
+from ... import paths
+
 EXAMPLES = """examples:
   tvm-rl corpus build --tophub --models vit dalle transducer resnext50 squeezenet1_1 vgg16 mobilenet_v2
                                      # this CPU: TopHub's llvm log + those models' kernels, 151 workloads
   tvm-rl corpus build --target cuda --tophub --max-tasks 100 --models vit mobilenet_v2   # on a GPU machine
-  tvm-rl corpus train --corpus logs/corpus/llvm
-  tvm-rl corpus evaluate --corpus logs/corpus/llvm --ks 8 16 32
-  tvm-rl corpus evaluate --corpus logs/corpus/llvm --model shipped   # your corpus's models vs the shipped one
-  tvm-rl tune --model resnet18 --strategy evolutionary --cost-model logs/corpus/llvm/cost_model.npz
-  tvm-rl corpus train-policy --corpus logs/corpus/llvm --exclude 'mobilenet_v2-*'
+  tvm-rl corpus train --corpus tvm_rl_work/corpus/llvm
+  tvm-rl corpus evaluate --corpus tvm_rl_work/corpus/llvm --ks 8 16 32
+  tvm-rl corpus evaluate --corpus tvm_rl_work/corpus/llvm --model shipped   # your corpus's models vs the shipped one
+  tvm-rl tune --model resnet18 --strategy evolutionary --cost-model tvm_rl_work/corpus/llvm/cost_model.npz
+  tvm-rl corpus train-policy --corpus tvm_rl_work/corpus/llvm --exclude 'mobilenet_v2-*'
 """
 
 
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl corpus") -> int:
                       help="zoo kernels with a reduction (default) or every kernel")
     what.add_argument("--limit", type=int, default=None, help="at most this many workloads")
     build.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
-    build.add_argument("--out", default=None, help="corpus folder (default logs/corpus/<target kind>)")
+    build.add_argument("--out", default=None, help="corpus folder (default "
+                       f"{paths.WORK_DIR_HELP}, then corpus/<target kind>)")
     build.add_argument("--trials", type=int, default=64, help="measured schedules per workload (default 64)")
     build.add_argument("--random-fraction", type=float, default=0.5,
                        help="share of them sampled at random, the rest evolved (default 0.5)")
@@ -71,7 +74,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl corpus") -> int:
 
     evaluate = sub.add_parser("evaluate", help="leave-one-workload-out evaluation against cold starts")
     evaluate.add_argument("--corpus", required=True, help="a corpus folder `tvm-rl corpus build` wrote")
-    evaluate.add_argument("--out", default=None, help="JSON file (default logs/pretrained_eval_<target kind>.json)")
+    evaluate.add_argument("--out", default=None, help="JSON file (default the work dir's "
+                          "pretrained_eval_<target kind>.json)")
     evaluate.add_argument("--ks", type=int, nargs="+", default=[8, 16, 32],
                           help="a cold start's own records: the first k of each workload (default 8 16 32)")
     evaluate.add_argument("--top", type=int, default=8, help="top-k recall's k (default 8)")
@@ -116,7 +120,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl corpus") -> int:
     compare.add_argument("--heldout", nargs="+", required=True, help="workloads to compare on")
     compare.add_argument("--seeds", type=int, default=3, help="seeds per workload (default 3)")
     compare.add_argument("--batch", type=int, default=16)
-    compare.add_argument("--out", default=None, help="JSON file (default logs/policy_compare_<target kind>.json)")
+    compare.add_argument("--out", default=None, help="JSON file (default the work dir's "
+                         "policy_compare_<target kind>.json)")
 
     args = ap.parse_args(argv)
     if args.action == "build":
@@ -167,7 +172,7 @@ def _build(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
     if args.limit is not None and args.limit < 1:
         ap.error("--limit must be at least 1")
     target = host_cpu_target() if args.target == "llvm" else parse_target(args.target)
-    out = Path(args.out or f"logs/corpus/{target.kind.name}")
+    out = Path(args.out) if args.out else paths.work_dir() / "corpus" / target.kind.name
     runner = "local"
     if args.rpc_tracker or args.rpc_key:
         from ..command import _remote_runner
@@ -276,7 +281,7 @@ def _compare_policy(args: argparse.Namespace) -> int:
         print(f"policy's {label} above the untrained agent's in {d['wins']} of {d['runs']} runs, mean difference "
               f"{d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] (95%, workloads resampled; by the cost model: "
               "not a measurement)")
-    out = Path(args.out or f"logs/policy_compare_{corpus.target().kind.name}.json")
+    out = Path(args.out) if args.out else paths.work_dir() / f"policy_compare_{corpus.target().kind.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"policy": str(policy), "model": str(model), "rows": rows}, indent=1) + "\n")
     print(f"-> {out}")

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import paths
 from ...database import FAILED_SECONDS
 from ...errors import TvmRlError
 from ..cost_model.features import WorkloadFeatures
@@ -232,7 +233,7 @@ def evaluate_corpus(corpus: str | Path | Corpus, out: str | Path | None = None, 
                     write: Callable[[str], None] | None = None, given: str | Path | None = None
                     ) -> tuple[dict[str, Any], Path]:
     """`evaluate` on a corpus's workloads (or `names`), with `given` a model file to rate beside them; writes the
-    JSON to `out` (default logs/pretrained_eval_<target kind>.json) and returns (result, path)."""
+    JSON to `out` (default `paths.work_dir()/pretrained_eval_<target kind>.json`) and returns (result, path)."""
     corpus = corpus if isinstance(corpus, Corpus) else Corpus(corpus)
     manifest = corpus.read_manifest()
     loaded = _load_given(given, manifest) if given is not None else None  # a bad file fails before the features
@@ -246,7 +247,7 @@ def evaluate_corpus(corpus: str | Path | Corpus, out: str | Path | None = None, 
     result = {"corpus": str(corpus.path), "target": manifest.get("target"), "host": manifest.get("host"),
               "workloads": len(data), "records": sum(len(d) for d in data),
               "corpus_settings": manifest.get("settings"), "features_seconds": round(features_seconds, 1), **result}
-    path = Path(out) if out is not None else Path("logs") / f"pretrained_eval_{kind}.json"
+    path = Path(out) if out is not None else paths.work_dir() / f"pretrained_eval_{kind}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     return result, path
