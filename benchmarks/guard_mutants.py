@@ -31,6 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a script: the repository root on sys.path, for `benchmarks`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import jsonfile  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RULES = Path("tvm_rl/graph/rules")
 DEFAULT_TESTS = ("tests/graph/test_guards.py tests/graph/test_graph_rules_small.py "
@@ -406,12 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     out = ROOT / args.json
     previous: list[Mutant] = []
     if args.survivors:  # re-run only what survived last time (after adding tests); keep the other results
-        previous = [Mutant(**{**d, "span": tuple(d["span"])}) for d in json.loads(out.read_text())["mutants"]]
+        previous = [Mutant(**{**d, "span": tuple(d["span"])}) for d in jsonfile.read_json(out)["mutants"]]
         again = {_key(m) for m in previous if m.status != "killed"}
         mutants = [m for m in mutants if _key(m) in again]
-    elif out.exists() and not args.list:  # results for files not in this run are kept (a run per file adds up)
+    elif jsonfile.exists(out) and not args.list:  # results for files not in this run are kept (runs per file add up)
         ran = {m.file for m in mutants}
-        previous = [Mutant(**{**d, "span": tuple(d["span"])}) for d in json.loads(out.read_text())["mutants"]
+        previous = [Mutant(**{**d, "span": tuple(d["span"])}) for d in jsonfile.read_json(out)["mutants"]
                     if d["file"] not in ran]
     if args.list:
         for m in mutants:
@@ -460,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
     if previous:  # the summary covers the whole merged list
-        mutants = [Mutant(**{**d, "span": tuple(d["span"])}) for d in json.loads(out.read_text())["mutants"]]
+        mutants = [Mutant(**{**d, "span": tuple(d["span"])}) for d in jsonfile.read_json(out)["mutants"]]
     for m in mutants:  # explanations added since a mutant was run still count
         m.explanation = m.explanation or EQUIVALENT.get((Path(m.file).name, m.original), "")
     survivors = [m for m in mutants if m.status == "survived"]

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from benchmarks import baseline as bench
+from benchmarks.common import jsonfile
 from benchmarks.tuning import runs as bench_runs
 from tvm_rl import measure, models
 from tvm_rl.database import RECORDS, TuningDatabase
@@ -158,9 +159,9 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
 
 def load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
     """The JSON so far, or a fresh state; SystemExit when it was made with settings that must not be mixed."""
-    if not out.exists():
+    if not jsonfile.exists(out):
         return {"settings": settings, "models": {}, "cost": {}}
-    state = json.loads(out.read_text())
+    state = jsonfile.read_json(out)
     fixed = ("target", "size", "op_filter", "trials_per_iter", "cost_model")
     differ = [k for k in fixed if state.get("settings", {}).get(k) != settings[k]]
     if differ:

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from benchmarks.common import jsonfile
 from tvm_rl.graph import arms, defaults
 
 from . import ablation
@@ -54,7 +55,7 @@ def load(paths: Sequence[str | Path]) -> list[tuple[str, dict]]:
     docs: list[tuple[str, dict]] = []
     for p in paths:
         try:
-            doc = json.loads(Path(p).read_text())
+            doc = jsonfile.read_json(p)
         except (OSError, json.JSONDecodeError) as e:
             raise HeadroomError(f"{p}: not a readable ablation JSON ({e})") from e
         if not isinstance(doc, dict) or "models" not in doc:

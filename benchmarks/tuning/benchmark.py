@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from benchmarks.common import jsonfile
 from tvm_rl.errors import exit_code
 from tvm_rl.interrupt import interruptible
 from tvm_rl.measure import host_cpu_target, parse_target
@@ -120,10 +121,10 @@ def _load_state(out: Path, settings: dict[str, Any], update: bool = True) -> dic
     with other measuring settings, which must not be mixed. `update` records this invocation's other settings
     (arms, seeds, ...); a report (`update=False`) leaves the ones of the runs as they are, and reads runs made on
     another CPU when all of them are re-timed (it has nothing left to measure)."""
-    if not out.exists():
+    if not jsonfile.exists(out):
         return {"format": FORMAT, "version": VERSION, "settings": settings, "shared": {}, "runs": [],
                 "retime": {}, "cost": {}}
-    state = json.loads(out.read_text())
+    state = jsonfile.read_json(out)
     if state.get("format") != FORMAT:
         raise SystemExit(f"{out} holds results of the old tuner benchmark (or another file); move it aside (e.g. "
                          f"to {out.with_name(out.stem + '_v1.json')}) or give another --out")
@@ -230,9 +231,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     args.policy = args.policy or _path_or_none(shipped_policy(target.kind.name))
     out = Path(args.out or f"logs/tuner_{target.kind.name}{'_quick' if args.quick else ''}.json")
     if args.peek:
-        if not out.is_file():
+        if not jsonfile.exists(out):
             raise SystemExit(f"--peek: no benchmark results at {out} (give the run's --out)")
-        print(format_peek(json.loads(out.read_text())))
+        print(format_peek(jsonfile.read_json(out)))
         return 0
     out.parent.mkdir(parents=True, exist_ok=True)
     work_root = Path(args.work_dir or out.parent / "scratch" / f"{out.stem}_runs")

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import jsonfile
+
 from .report import format_pairs, format_table, plot_paired
 from .stats import BASELINE, BLOCK_SEP, ablation_pairs, summarise
 
@@ -50,10 +52,10 @@ def _cpu(target: str) -> str:
 def load_block(path: str | Path) -> Block:
     """A benchmark JSON as a block; ValueError naming the file when it is not one, or has no re-timed run."""
     path = Path(path)
-    if not path.is_file():
+    if not jsonfile.exists(path):
         raise ValueError(f"{path}: no such benchmark JSON")
     try:
-        state = json.loads(path.read_text())
+        state = jsonfile.read_json(path)
     except ValueError as err:
         raise ValueError(f"{path}: not JSON ({err})") from None
     settings = state.get("settings") if isinstance(state, dict) else None

@@ -1,12 +1,12 @@
 """The pass's arms (tvm_rl.graph.arms) and greedy-never-stop: each arm's choices are
 what it claims, seeds repeat, and the pass with a rule instead of a network stays exact and never costlier."""
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from benchmarks.common.jsonfile import read_json
 from benchmarks.graphs import ablation
 from tests.support import graph_examples as T
 from tvm_rl import models
@@ -139,7 +139,7 @@ def test_the_default_arm_is_what_the_committed_ablation_supports():
     the best rule beyond noise on any model."""
     summaries = {}
     for path in ABLATIONS:
-        summaries |= {m: r["summary"] for m, r in json.loads(path.read_text())["models"].items()}
+        summaries |= {m: r["summary"] for m, r in read_json(path)["models"].items()}
     assert len(summaries) >= 15, sorted(summaries)  # the 11 full-size zoo models and the 4 held-out ones
     # The arms this ablation ran on every model (an arm added since, without that evidence, cannot be the default).
     ran = [a for a in arms.ARMS if all(a in s for s in summaries.values())]

@@ -5,6 +5,7 @@ When a rerun changes which arm is best, this test fails until `search_strategy.D
 import json
 from pathlib import Path
 
+from benchmarks.common.jsonfile import read_json
 from benchmarks.tuning.arms import default_arm
 from benchmarks.tuning.stats import BASELINE
 from tvm_rl.tune.search_strategy import DEFAULT, create, names
@@ -21,7 +22,7 @@ def speedups_at_largest_budget(summary: list[dict]) -> dict[str, float]:
 
 
 def test_the_default_strategy_is_what_the_committed_benchmark_supports():
-    summary = json.loads(RESULTS.read_text())["summary"]
+    summary = read_json(RESULTS)["summary"]
     speedups = speedups_at_largest_budget(summary)
     arm = default_arm("llvm")
     assert arm in speedups, f"the default's arm {arm!r} is not in {RESULTS.name}: rerun the benchmark with it"
