@@ -10,7 +10,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import tvm
@@ -73,10 +73,14 @@ class Optimized:
     report: OptimizeReport
     # the graph pass's output (with fast math applied when the report says so), also when the default build was kept
     rewritten: tvm.IRModule | None = None
+    # the source model's output structure (`models.Model.output_spec`); None: a flat list
+    output_spec: object | None = None
 
-    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+    def __call__(self, *inputs: np.ndarray) -> Any:
+        """The outputs (numpy arrays) on `inputs` (by default the example inputs), in the source model's structure
+        (its ModelOutput, dict or nested tuples); a list when it returns one tensor or has no structure."""
         runner = measure.Runner(self.executable, self.target)
-        return runner(list(inputs) if inputs else self.inputs)
+        return models.importer.structure(runner(list(inputs) if inputs else self.inputs), self.output_spec)
 
     def export(self, path: str | Path) -> Path:
         """Write the compiled library (`.so`; load with `tvm.runtime.load_module` + `relax.VirtualMachine`)."""
@@ -243,4 +247,4 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     report.seconds = {k: round(v, 1) for k, v in seconds.items()}
     work.mkdir(parents=True, exist_ok=True)
     (work / f"optimize_{m.name}.json").write_text(json.dumps(asdict(report) | {"speedup": report.speedup}, indent=1))
-    return Optimized(mod, executable, target, database, m.inputs, report, rewritten)
+    return Optimized(mod, executable, target, database, m.inputs, report, rewritten, m.output_spec)

@@ -217,8 +217,7 @@ def test_line_cut_short_by_a_killed_run_is_moved_aside(database, caplog):
 def test_same_seed_same_proposals(cpu):
     """Two PPOSearch runs with one seed, given the same (fake) measurements, propose the same candidates in
     every round: walks, PPO updates, k-means and the random share all draw from the seeded generators."""
-    from kernels import drive, matmul
-
+    from tests.support.kernels import drive, matmul
     from tvm_rl.tune import knobs
     from tvm_rl.tune.search_strategy.ppo import PPOSearch
 

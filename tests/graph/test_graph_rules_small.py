@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from tvm import relax
 from tvm.ir import TupleGetItem
 
-from tests.rewrite_steps import apply_until_none, count_calls
 from tests.support import graph_examples as T
+from tests.support.rewrite_steps import apply_until_none, count_calls
 from tvm_rl.graph.fingerprint import same_graph
 from tvm_rl.graph.rules import (
     AllMatches,

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tvm import relax
 
-from tests.rewrite_steps import apply_until_none, count_calls
 from tests.support import graph_examples as T
+from tests.support.rewrite_steps import apply_until_none, count_calls
 from tvm_rl.graph.rules import get_rule
 from tvm_rl.graph.verify import compare_variants
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import tvm
 import tvm_ffi
-from kernels import matmul
 from tvm import te
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.runner import PyRunner
 from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
 
+from tests.support.kernels import matmul
 from tvm_rl import measure
 from tvm_rl.errors import TargetError, TuningInterrupted, TvmRlError, UnknownModelError
 from tvm_rl.tune import corpus as C

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 import torch
-from kernels import fake_corpus
 
+from tests.support.kernels import fake_corpus
 from tvm_rl.errors import TvmRlError
 from tvm_rl.tune.agent import PPOAgent, PPOConfig
 from tvm_rl.tune.corpus.policy_pretrain import compare_walkers, pretrain_policy, select_workloads

@@ -9,9 +9,9 @@ import sys
 
 import numpy as np
 import pytest
-from kernels import fake_corpus, matmul
 from tvm.s_tir import meta_schedule as ms
 
+from tests.support.kernels import fake_corpus, matmul
 from tvm_rl.errors import TvmRlError
 from tvm_rl.tune import cost_model
 from tvm_rl.tune.corpus import pretrained_eval as E

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from kernels import matmul
 
+from tests.support.kernels import matmul
 from tvm_rl.cli import main
 from tvm_rl.tune import open_database
 from tvm_rl.tune.runner.rpc import RPCError, check_tracker, parse_tracker, rpc_runner, tracker_summary

@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import tvm
 import tvm_ffi
-from kernels import matmul
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
+from tests.support.kernels import matmul
 from tvm_rl.tune.search_strategy.skip_measured import SkipMeasured, trace_key
 
 

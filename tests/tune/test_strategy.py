@@ -8,9 +8,9 @@ import json
 
 import numpy as np
 import pytest
-from kernels import drive, matmul
 from tvm.s_tir import meta_schedule as ms
 
+from tests.support.kernels import drive, matmul
 from tvm_rl.tune import knobs
 from tvm_rl.tune.agent import PPOAgent, PPOConfig
 from tvm_rl.tune.search_strategy.annealing import SimulatedAnnealing

@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 import tvm
-from kernels import matmul
 from tvm.ir.utils import derived_object
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
+from tests.support.kernels import matmul
 from tvm_rl.tune.agent import PPOConfig
 from tvm_rl.tune.knobs import KnobSpace, preload_tensor_intrinsics
 from tvm_rl.tune.search_strategy.ppo import PPOSearch

@@ -6,15 +6,17 @@ import logging
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 import tvm
 from tvm.relax.frontend.onnx import from_onnx as _tvm_from_onnx
 from tvm.relax.frontend.torch import from_exported_program
 
 from ..errors import ModelImportError
+from .bool_ops import fix_bool_ops
 
 Reference = Callable[[Sequence[np.ndarray]], "list[np.ndarray]"]
 
@@ -29,25 +31,51 @@ class Model:
     reference: Reference
     torch_module: torch.nn.Module | None = field(default=None, repr=False)
     source: str = "torch"
+    # The structure of the source model's outputs (torch's pytree spec: a ModelOutput, dict, nested tuples), whose
+    # leaves are the Relax function's outputs in order; None: a flat list (ONNX, Relax).
+    output_spec: pytree.TreeSpec | None = field(default=None, repr=False)
 
     def reference_outputs(self, inputs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """The reference's outputs (PyTorch or ONNX Runtime) on `inputs`, by default the example inputs."""
         return self.reference(self.inputs if inputs is None else inputs)
 
+    def structure(self, leaves: Sequence[Any]) -> Any:
+        """`leaves` (the flat outputs, in order) in the source model's output structure; a list when the model
+        returns one tensor or has no structure (ONNX, Relax)."""
+        return structure(leaves, self.output_spec)
 
-def _flatten(out) -> list:
-    if isinstance(out, (list, tuple)):
-        return [y for x in out for y in _flatten(x)]
-    return [out]
+
+def structure(leaves: Sequence[Any], spec: pytree.TreeSpec | None) -> Any:
+    """`leaves` put back into `spec` (a ModelOutput, dict, nested tuples of them); a list when `spec` is None or
+    one tensor (what `optimize(...)(x)` returned before outputs had structure)."""
+    if spec is None or spec.is_leaf():
+        return list(leaves)
+    if spec.num_leaves != len(leaves):
+        raise ModelImportError(f"the model has {spec.num_leaves} outputs, got {len(leaves)}")
+    return pytree.tree_unflatten(list(leaves), spec)
 
 
-def torch_reference(module: torch.nn.Module) -> Reference:
-    """A reference function running `module` eagerly on numpy inputs."""
+def output_leaves(out: Any, name: str = "model") -> list[torch.Tensor]:
+    """A model's outputs (any pytree torch knows: tensors, tuples, lists, dicts, Hugging Face ModelOutputs) as
+    a flat list of tensors; ModelImportError naming the output that is not a tensor."""
+    flat, _ = pytree.tree_flatten_with_path(out)
+    for path, leaf in flat:
+        if not isinstance(leaf, torch.Tensor):
+            where = pytree.keystr(path) or "output"
+            hint = (" (a key/value cache: call the model with use_cache=False, or wrap it to return the logits)"
+                    if "cache" in type(leaf).__name__.lower() or "past_key_values" in where else "")
+            raise ModelImportError(f"model {name!r}: output {where} is a {type(leaf).__name__}, not a tensor{hint}")
+    return [leaf for _, leaf in flat]
+
+
+def torch_reference(module: torch.nn.Module, name: str = "model") -> Reference:
+    """A reference function running `module` eagerly on numpy inputs; its outputs flattened as torch's pytree
+    does (the order torch.export and the Relax module give them)."""
 
     def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         with torch.no_grad():
             out = module(*[torch.from_numpy(np.ascontiguousarray(x)) for x in inputs])
-        return [t.detach().numpy() for t in _flatten(out)]
+        return [t.detach().numpy() for t in output_leaves(out, name)]
 
     return run
 
@@ -71,7 +99,9 @@ def quiet_exporters():
 def from_torch(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], name: str = "model") -> Model:
     """Export `module` with torch.export at the shapes of `example_inputs` and import it into Relax.
 
-    Weights become constants of the module, so graph rewrites can fold them.
+    Weights become constants of the module, so graph rewrites can fold them. Outputs may be any pytree (tuples,
+    dicts, Hugging Face ModelOutputs): the Relax function returns their tensors flat, in torch's pytree order,
+    and `Model.output_spec` keeps the structure. Bool ops TVM cannot build are rewritten (`bool_ops`).
     """
     module = module.eval()
     example_inputs = tuple(example_inputs)
@@ -79,7 +109,11 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], 
         with torch.no_grad(), quiet_exporters():
             program = torch.export.export(module, example_inputs)
     except Exception as err:  # torch raises many types here; all mean "cannot trace this model"
-        raise ModelImportError(f"torch.export failed on model {name!r}: {type(err).__name__}: {err}") from err
+        raise ModelImportError(f"torch.export failed on model {name!r}: {type(err).__name__}: "
+                               f"{err}{_export_hint(err)}") from err
+    spec = program.call_spec.out_spec
+    _check_outputs(program, spec, name)
+    _drop_empty_concat_inputs(program)
     try:
         with quiet_exporters():  # TVM's frontend deep-copies the program, which trips torch's pytree deprecation
             mod = from_exported_program(program, keep_params_as_input=False, unwrap_unit_return_tuple=True)
@@ -93,8 +127,56 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor], 
         raise ModelImportError(f"importing model {name!r} into Relax failed: {err}") from err
     except Exception as err:
         raise ModelImportError(f"importing model {name!r} into Relax failed: {type(err).__name__}: {err}") from err
+    mod, _ = fix_bool_ops(mod)
     inputs = [t.detach().numpy().copy() for t in example_inputs]
-    return Model(name, mod, inputs, torch_reference(module), module, "torch")
+    return Model(name, mod, inputs, torch_reference(module, name), module, "torch", spec)
+
+
+def _drop_empty_concat_inputs(program: torch.export.ExportedProgram) -> None:
+    """Drop the 1-D empty tensors from `aten.cat`'s inputs, as torch.cat does (a legacy rule TVM's importer
+    lacks: "Concat expects all input tensors to have same ndim"). A decoder's key/value cache starts as such a
+    tensor, so a model run with its cache on (and wrapped to return tensors) imports as the prefill graph."""
+    changed = False
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target != torch.ops.aten.cat.default or not node.args:
+            continue
+        parts = list(node.args[0])
+        shapes = [getattr(getattr(n, "meta", {}).get("val"), "shape", None) for n in parts]
+        kept = [n for n, shape in zip(parts, shapes) if shape is None or tuple(shape) != (0,)]
+        if kept and len(kept) < len(parts):
+            node.args = (kept, *node.args[1:])
+            changed = True
+    if changed:
+        program.graph.eliminate_dead_code()
+        program.graph_module.recompile()
+
+
+def _export_hint(err: Exception) -> str:
+    text = str(err)
+    if "Cache" in text or "past_key_values" in text:
+        return (". A decoder's key/value cache cannot be exported as an output: call the model with "
+                "use_cache=False (the prefill graph), or wrap it to return the logits")
+    return ""
+
+
+def _check_outputs(program: torch.export.ExportedProgram, spec: pytree.TreeSpec | None, name: str) -> None:
+    """ModelImportError naming each output of the exported program that is not a tensor, by its pytree path."""
+    from torch.export.graph_signature import OutputKind, TensorArgument
+
+    user = [s for s in program.graph_signature.output_specs if s.kind == OutputKind.USER_OUTPUT]
+    if spec is not None and spec.num_leaves == len(user):
+        paths = [pytree.keystr(p) or "output" for p, _ in
+                 pytree.tree_flatten_with_path(pytree.tree_unflatten(list(range(len(user))), spec))[0]]
+    else:
+        paths = [f"output {i}" for i in range(len(user))]
+    for path, s in zip(paths, user):
+        if not isinstance(s.arg, TensorArgument):
+            raise ModelImportError(f"model {name!r}: output {path} is {s.arg}, not a tensor; TVM modules return "
+                                   "tensors only (drop it from the outputs or wrap the model)")
+    if any(s.kind != OutputKind.USER_OUTPUT for s in program.graph_signature.output_specs):
+        kinds = sorted({s.kind.name for s in program.graph_signature.output_specs if s.kind != OutputKind.USER_OUTPUT})
+        raise ModelImportError(f"model {name!r} mutates its buffers or inputs in forward ({', '.join(kinds)}); "
+                               "TVM builds are pure functions: export a copy that does not (e.g. use_cache=False)")
 
 
 def _onnx_dtype(elem_type: int) -> np.dtype:
@@ -161,6 +243,7 @@ def from_onnx(path: str | Path, shapes: dict[str, Sequence[int]] | None = None, 
         mod = _tvm_from_onnx(proto, shape_dict=shape_dict, dtype_dict=dtype_dict)
     except Exception as err:
         raise ModelImportError(f"importing {path} into Relax failed: {type(err).__name__}: {err}") from err
+    mod, _ = fix_bool_ops(mod)
     return Model(name, mod, inputs, onnx_reference(path), None, "onnx")
 
 
