@@ -6,27 +6,19 @@
 from __future__ import annotations
 
 import argparse
-import json
-import math
 from pathlib import Path
 from typing import Callable, Sequence
 
-
-def _table(head: Sequence[str], rows: Sequence[Sequence]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _ms(v) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+from benchmarks.common import jsonfile
+from tvm_rl.report import _ms, _table
 
 
 def _load(path: Path) -> dict | None:
+    """`path`'s JSON (stored plain or gzip'd), or None for a half-written or foreign file: not ours to report."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # a half-written or foreign file: not ours to report
+        data = jsonfile.read_json(path)
+    except (OSError, ValueError, EOFError):
+        return None
     return data if isinstance(data, dict) else None
 
 
@@ -67,22 +59,26 @@ def _tuner_e2e_bench(data: dict) -> str:
 
 
 # A file is reported by the longest prefix its name starts with (tuner_e2e_llvm.json is not a tuner_ benchmark).
-BENCHMARKS: dict[str, tuple[str, Callable[[dict], str]]] = {
+BENCHMARKS: dict[str, tuple[str, Callable[[dict], str]] | None] = {
     "baseline_": ("Baseline (`benchmarks/baseline.py`)", _baseline_bench),
     "graph_search_": ("Graph search (`benchmarks/graph_search.py`)", _graph_bench),
     "graph_rl_": ("Graph RL pass (`benchmarks/graph_rl.py`)", _graph_bench),
     "tuner_": ("Schedule tuner (`benchmarks/tuner.py`)", _tuner_bench),
     "tuner_e2e_": ("Whole models tuned end to end (`benchmarks/tuner_e2e.py`)", _tuner_e2e_bench),
+    "tuner_pair_stability_": None,  # a reading of several tuner JSONs (benchmarks/tuner_pair_stability.py), no table
 }
 
 
 def benchmarks_section(work_dir: Path) -> str:
     """The benchmark JSONs in the work dir, each as its table."""
     parts = []
-    for path in sorted(work_dir.glob("*.json")):
+    # The plain names of the JSON there, whether stored plain or gzip'd (logs/ keeps its largest gzip'd).
+    names = sorted({p.name.removesuffix(".gz") for p in [*work_dir.glob("*.json"), *work_dir.glob("*.json.gz")]})
+    for path in (work_dir / name for name in names):
         prefix = max((p for p in BENCHMARKS if path.name.startswith(p)), key=len, default=None)
-        if prefix is not None and (data := _load(path)) is not None:
-            title, fmt = BENCHMARKS[prefix]
+        entry = BENCHMARKS[prefix] if prefix is not None else None
+        if entry is not None and (data := _load(path)) is not None:
+            title, fmt = entry
             parts.append(f"### {title}: `{path.name}`\n\n{fmt(data)}")
     return "## Benchmarks\n\n" + "\n\n".join(parts) if parts else ""
 

@@ -1,4 +1,5 @@
 """benchmarks/report.py: each benchmark JSON as its table; half-written files skipped."""
+import gzip
 import json
 
 from benchmarks.report import report
@@ -11,6 +12,14 @@ def test_graph_benchmark_json_gets_a_table_and_a_cut_short_file_is_skipped(tmp_p
     text = report(tmp_path)
     assert "| bert | 1.000 (1.00x) | 0.800 (1.25x) |" in text
     assert "graph_rl_llvm_tiny" not in text
+
+
+def test_a_gzipped_benchmark_json_is_reported_under_its_plain_name(tmp_path):
+    data = {"models": {"vit": {"original": {"latency_ms": 2.0, "speedup": 1.0}}}}
+    with gzip.open(tmp_path / "graph_search_llvm_full.json.gz", "wt") as f:
+        json.dump(data, f)
+    text = report(tmp_path)
+    assert "`graph_search_llvm_full.json`" in text and "| vit | 2.000 (1.00x) |" in text
 
 
 def test_an_end_to_end_tuner_json_gets_its_own_table_not_the_kernel_benchmarks(tmp_path):
@@ -29,3 +38,9 @@ def test_an_end_to_end_tuner_json_gets_its_own_table_not_the_kernel_benchmarks(t
     row = next(line for line in text.splitlines() if line.startswith("evolutionary"))
     assert row.split()[:4] == ["evolutionary", "32", "110.000", "8.18x"]
     assert "resnet18" not in text
+
+
+def test_a_pair_stability_json_is_not_taken_for_a_tuner_benchmark(tmp_path):
+    (tmp_path / "tuner_pair_stability_llvm.json").write_text(json.dumps({"runs": 12, "pairs": {}}))
+    assert "No benchmark JSON" in report(tmp_path)
+
