@@ -147,7 +147,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
              rewrite_steps: int = defaults.MAX_STEPS, rewrite_seconds: float = defaults.TIME_BUDGET_S,
              trials_per_kernel: int = 16, strategy: str | None = None, seed: int = 0, repeat: int = 20,
              rtol: float = 1e-3, atol: float = 1e-3, cost_model: str | None = None,
-             graph_rounds: int = 1, fast_math: bool | None = None) -> Optimized:
+             graph_rounds: int = 1, fast_math: bool | None = None, budget: int | None = None,
+             minutes: float | None = None) -> Optimized:
     """Optimize `model` for `target`; everything it writes goes under `work_dir` (None: `paths.work_dir()`; database in
     `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). `policy` chooses the graph
     pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
@@ -163,7 +164,9 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     sigmoid, softmax) with TVM's vectorisable approximations (`tvm_rl.fast_math`, a few ulp off): None turns it on
     for CPU targets, where it was measured faster, and off for GPUs, where it was not measured. Raises
     MismatchError if the optimized module's outputs differ from the source model's by more than rtol/atol (atol
-    relative to the largest output)."""
+    relative to the largest output). `budget` (measurements) and/or `minutes` replace `trials_per_kernel` with one
+    budget for the whole model, spent on the kernels where its latency is (`tune_model`); with `graph_rounds` > 1
+    each round gets the budget and the minutes again (the database's records of a round's kernels count)."""
     from .tune import tune_model
     from .tune.cost_model import from_spec as cost_model_from_spec
 
@@ -207,7 +210,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
         t = time.perf_counter()
         database, tuned = tune_model(mod, target, tuning, trials_per_kernel=trials_per_kernel,
                                      trials_per_iter=min(8, trials_per_kernel), strategy=strategy, seed=seed,
-                                     cost_model=cost_model_from_spec(cost_model, seed, target.kind.name))
+                                     cost_model=cost_model_from_spec(cost_model, seed, target.kind.name),
+                                     budget=budget, minutes=minutes)
         report.kernels_tuned += tuned.tasks
         report.trials_measured += tuned.measured
         seconds["tuning" + (f" {r + 1}" if r else "")] = time.perf_counter() - t

@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
                     help="static shape for an ONNX input with symbolic dimensions (repeatable)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
     ap.add_argument("--trials", type=int, default=16, help="measured trials per kernel (default 16)")
+    ap.add_argument("--budget", type=int, default=None, metavar="N",
+                    help="instead of --trials: N measurements for the whole model, spent on the kernels where its "
+                         "latency is (a rerun resumes: earlier records of its kernels count)")
+    ap.add_argument("--minutes", type=float, default=None, metavar="M",
+                    help="instead of --trials: tune for M minutes, spent the same way (with --budget: whichever "
+                         "comes first)")
     ap.add_argument("--strategy", default=None,
                     help=f"search strategy: {', '.join(search_strategy.names())} (default {search_strategy.DEFAULT})")
     ap.add_argument("--cost-model", default=None, metavar="MODEL",
@@ -63,7 +69,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
                    rewrite=not args.no_rewrite, policy=args.policy, rewrite_steps=args.rewrite_steps,
                    rewrite_seconds=args.rewrite_seconds, trials_per_kernel=args.trials, strategy=args.strategy,
                    seed=args.seed, cost_model=args.cost_model, graph_rounds=args.graph_rounds,
-                   fast_math=args.fast_math)
+                   fast_math=args.fast_math, budget=args.budget, minutes=args.minutes)
     print(out.report.summary())
     if args.export:
         print(f"exported {out.export(args.export)} (tvm.runtime.load_module + relax.VirtualMachine)")

@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     ap.add_argument("--strategy", default=search_strategy.DEFAULT, choices=search_strategy.names(),
                     help=f"search strategy (default {search_strategy.DEFAULT})")
     ap.add_argument("--trials", type=int, default=32, help="measured trials per kernel (default 32)")
+    ap.add_argument("--budget", type=int, default=None, metavar="N",
+                    help="instead of --trials: N measurements for the whole model (or task list), spent where its "
+                         "latency is; earlier records of its kernels count, so a rerun resumes")
+    ap.add_argument("--minutes", type=float, default=None, metavar="M",
+                    help="instead of --trials: stop choosing batches after M minutes (with --budget: whichever "
+                         "comes first)")
     ap.add_argument("--per-iter", type=int, default=8, help="candidates measured per round (default 8)")
     ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")
     ap.add_argument("--seed", type=int, default=0)
@@ -74,7 +80,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         strategy = search_strategy.create(args.strategy, args.seed, args.walks, args.evaluations)
     common = dict(trials_per_kernel=args.trials, trials_per_iter=args.per_iter, strategy=strategy,
                   seed=args.seed, op_filter=args.op_filter, runner=runner, check_results=args.check_results,
-                  cost_model=cost_model.from_spec(args.cost_model, args.seed, target.kind.name))
+                  cost_model=cost_model.from_spec(args.cost_model, args.seed, target.kind.name),
+                  budget=args.budget, minutes=args.minutes)
     if args.tophub:
         from .tophub import load_tasks
 
@@ -87,9 +94,13 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         model = models.load(args.model, args.size) if args.model else models.from_onnx(args.onnx)
         print(f"{args.model or args.onnx} -> {work_dir}", flush=True)
         _, report = tune_model(model.mod, target, work_dir, **common)
-    print(f"{report.tasks} kernels: {len(report.tuned)} tuned, {len(report.skipped)} already had {args.trials} "
-          f"trials; {report.measured} of {report.trials} trials measured (a small space can run out) in "
-          f"{report.seconds:.0f} s. Database: {work_dir}")
+    if args.budget is not None or args.minutes is not None:
+        print(f"{report.tasks} kernels: {report.measured} measurements in {report.seconds:.0f} s, spent where the "
+              f"model's latency is. Database: {work_dir}")
+    else:
+        print(f"{report.tasks} kernels: {len(report.tuned)} tuned, {len(report.skipped)} already had {args.trials} "
+              f"trials; {report.measured} of {report.trials} trials measured (a small space can run out) in "
+              f"{report.seconds:.0f} s. Database: {work_dir}")
     if report.failures:
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(report.failures.items()))
         print(f"{sum(report.failures.values())} candidates failed ({kinds}); reasons in {report.failure_log}")

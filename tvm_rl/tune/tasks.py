@@ -17,7 +17,7 @@ import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from ..database import TuningDatabase
+from ..database import TuningDatabase, record_seconds
 from ..errors import TargetError, TvmRlError
 from ..interrupt import interruptible
 from ..measure import kernel_stage, parse_target
@@ -30,6 +30,7 @@ from .measure_callback import AfterBatch, ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
 from .search_strategy.exhaustion import StopWhenExhausted
 from .search_strategy.skip_measured import SkipMeasured
+from .task_scheduler import LatencyShare, roofline_seconds
 
 
 def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target | str) -> list[ms.ExtractedTask]:
@@ -93,8 +94,10 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
                runner: ms.Runner | str = "local", verbose: bool = False, check_results: bool = False,
                cost_model: ms.CostModel | str | None = None,
                before_tuning: Callable[[], None] | None = None,
-               after_batch: Callable[[], object] | None = None) -> tuple[ms.Database, TuneReport]:
-    """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database.
+               after_batch: Callable[[], object] | None = None, budget: int | None = None,
+               minutes: float | None = None) -> tuple[ms.Database, TuneReport]:
+    """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database, or
+    spend a whole-model `budget` of measurements and/or `minutes` where the model's latency is.
 
     Kernels are extracted as `measure.build` looks them up, so the database applies to the build; the rest is
     `tune_workloads`. Returns the database (ready for `measure.build(..., database=...)`) and a report.
@@ -104,7 +107,7 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     workloads = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
     return tune_workloads(workloads, target, work_dir, trials_per_kernel, trials_per_iter, strategy, seed,
                           op_filter, builder, runner, verbose, check_results, cost_model, before_tuning,
-                          after_batch)
+                          after_batch, budget, minutes)
 
 
 def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target: tvm.target.Target | str,
@@ -114,10 +117,17 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                    verbose: bool = False, check_results: bool = False,
                    cost_model: ms.CostModel | str | None = None,
                    before_tuning: Callable[[], None] | None = None,
-                   after_batch: Callable[[], object] | None = None) -> tuple[ms.Database, TuneReport]:
+                   after_batch: Callable[[], object] | None = None, budget: int | None = None,
+                   minutes: float | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune (name, TIR module with one PrimFunc, weight) workloads into `work_dir`'s database, each up to
     `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
     interrupted run resumes.
+
+    `budget` (measurements for all the workloads together) and/or `minutes` (of this call) replace
+    `trials_per_kernel` with a whole-model budget: each batch goes where `task_scheduler.LatencyShare` expects it
+    to save the most time per model run (weight = calls per run), a kernel may get none, and the database's
+    earlier records of these workloads count as spent, so a rerun resumes (and a larger budget adds the
+    difference). A budget can be overshot by less than one batch; the deadline is checked between batches.
 
     `strategy` is a MetaSchedule SearchStrategy or a name `search_strategy.create` knows ("ppo" is PPOSearch); by
     default `search_strategy.evolutionary()` (evolutionary search), which is wrapped so that a task whose space is
@@ -150,22 +160,28 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     report = TuneReport()
     done = records_per_workload(database)
     exhausted = folder.read_exhausted()
+    whole_model = budget is not None or minutes is not None
+    if budget is not None and budget < 0 or minutes is not None and minutes <= 0:
+        raise TvmRlError(f"a tuning budget must be positive (got budget={budget}, minutes={minutes})")
     todo, budgets, keys = [], [], []
+    spent = 0  # records the database already has of these workloads (what a whole-model budget has spent)
     for name, mod, weight in workloads:
         report.tasks += 1
         if op_filter and op_filter not in name:
             continue
         key = tvm_ffi.structural_hash(mod)
         have = done.get(key, 0)
+        spent += have
         # A kernel whose space ran out before its budget is not searched again (each retry costs a full search
         # round for nothing); the mark names its record count, so records added since re-open it.
-        if have >= trials_per_kernel or (have and exhausted.get(str(key)) == have):
+        if (not whole_model and have >= trials_per_kernel) or (have and exhausted.get(str(key)) == have):
             report.skipped.append(name)
             continue
         todo.append((name, mod, weight))
         keys.append(key)
         budgets.append(trials_per_kernel - have)
-    if not todo:
+    remaining = (budget - spent if budget is not None else _UNLIMITED) if whole_model else 0
+    if not todo or (whole_model and remaining <= 0):
         return database, report
     if before_tuning is not None:
         before_tuning()
@@ -201,10 +217,26 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     if check_results or to_check:
         runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner, only=None if check_results else to_check)
     report.failure_log = folder.failures_path
-    # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
+    scheduler = None
     with interruptible(lambda: _resume_hint(folder)):
-        for budget in sorted(set(budgets)):
-            group = [i for i, b in enumerate(budgets) if b == budget]
+        if whole_model:
+            scheduler = _latency_share(todo, keys, database, trials_per_iter, minutes, seed)
+            failures = FailureLog(report.failure_log, names)
+            ms.tune_tasks(
+                task_scheduler=scheduler,
+                measure_callbacks=[StopOnInterrupt(), *ms.measure_callback.MeasureCallback.create("default"),
+                                   scheduler.observer, ProgressLine("  ", names, total=budget, already=spent), failures,
+                                   *([AfterBatch(after_batch)] if after_batch is not None else [])],
+                tasks=contexts, task_weights=[w for _, _, w in todo], work_dir=str(work_dir / "ms_logs"),
+                max_trials_global=remaining, max_trials_per_task=remaining,
+                num_trials_per_iter=min(trials_per_iter, remaining), database=database,
+                builder=builder or shared_builder(), runner=runner, cost_model=cost_model)
+            report.tuned += names
+            report.trials += remaining if budget is not None else 0
+            report.failures += failures.counts()
+        # One call per remaining budget level keeps MetaSchedule's per-task cap exact for resumed tasks.
+        for budget_left in [] if whole_model else sorted(set(budgets)):
+            group = [i for i, b in enumerate(budgets) if b == budget_left]
             failures = FailureLog(report.failure_log, [names[i] for i in group])
             callbacks = [StopOnInterrupt(), *ms.measure_callback.MeasureCallback.create("default"),
                          ProgressLine("  ", [names[i] for i in group]), failures,
@@ -217,22 +249,46 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                 task_scheduler="round-robin",
                 measure_callbacks=callbacks, tasks=[contexts[i] for i in group],
                 task_weights=[todo[i][2] for i in group], work_dir=str(work_dir / "ms_logs"),
-                max_trials_global=budget * len(group), max_trials_per_task=budget,
-                num_trials_per_iter=min(trials_per_iter, budget), database=database,
+                max_trials_global=budget_left * len(group), max_trials_per_task=budget_left,
+                num_trials_per_iter=min(trials_per_iter, budget_left), database=database,
                 builder=builder or shared_builder(), runner=runner,
                 cost_model=cost_model)
             report.tuned += [names[i] for i in group]
-            report.trials += budget * len(group)
+            report.trials += budget_left * len(group)
             report.failures += failures.counts()
     after = records_per_workload(database)
-    for key in keys:
-        if 0 < after.get(key, 0) < trials_per_kernel:  # the search ended short of its budget: space exhausted
+    for i, key in enumerate(keys):
+        # the search ended short of its budget: space exhausted
+        ended = i in scheduler.exhausted if scheduler is not None else after.get(key, 0) < trials_per_kernel
+        if ended and after.get(key, 0) > 0:
             exhausted[str(key)] = after[key]
     if exhausted:
         folder.write_exhausted(exhausted)
     report.measured = sum(after.values()) - sum(done.values())
     report.seconds = time.perf_counter() - start
     return database, report
+
+
+# What "no budget" (minutes only) caps the measurements at: far more than any deadline allows.
+_UNLIMITED = 1_000_000
+
+
+def _latency_share(todo: Sequence[tuple[str, tvm.IRModule, float]], keys: Sequence[int], database: ms.Database,
+                   trials_per_iter: int, minutes: float | None, seed: int) -> LatencyShare:
+    """The whole-model scheduler for `todo`, its history resumed from the database's records of each task."""
+    best: dict[int, float] = {}
+    count: Counter = Counter()
+    wanted = set(keys)
+    for record in database.get_all_tuning_records():
+        key = tvm_ffi.structural_hash(record.workload.mod)
+        if key in wanted:
+            count[key] += 1
+            seconds = record_seconds(record.run_secs)
+            if seconds is not None:
+                best[key] = min(best.get(key, seconds), seconds)
+    prior = [(best.get(key), -(-count[key] // trials_per_iter)) if count[key] else (None, 0) for key in keys]
+    deadline = time.monotonic() + 60 * minutes if minutes is not None else None
+    return LatencyShare([roofline_seconds(mod) for _, mod, _ in todo], prior, deadline=deadline, seed=seed)
 
 
 def _warm_on_records(model: ms.CostModel, contexts: Sequence[ms.TuneContext], keys: Sequence[int],

@@ -1,0 +1,106 @@
+"""A whole-model budget: batches go where the model's latency is, committed one by one, resumable, with a deadline."""
+import math
+from types import SimpleNamespace
+
+import pytest
+import tvm_ffi
+
+from tests.support.kernels import matmul
+from tvm_rl.errors import TvmRlError
+from tvm_rl.tune import tune_workloads
+from tvm_rl.tune.task_scheduler import LatencyShare, roofline_seconds
+from tvm_rl.tune.tasks import records_per_workload
+
+
+def _result(seconds):
+    return SimpleNamespace(error_msg=None, run_secs=[seconds])
+
+
+def test_unmeasured_kernels_are_ranked_by_estimated_latency_times_calls():
+    share = LatencyShare([1e-3, 1e-5, 1e-4])
+    assert share.choose([0, 1, 2], [1.0, 1.0, 1.0]) == 0
+    assert share.choose([0, 1, 2], [1.0, 1000.0, 1.0]) == 1  # called 1000 times per run: it is where the time is
+    assert share.choose([1, 2], [1.0, 1.0]) == 2
+
+
+def test_measured_kernels_rescale_the_estimates_and_follow_the_gradient():
+    share = LatencyShare([1e-3, 1e-4])
+    share.observe(0, [_result(2e-3)])  # measured twice as slow as estimated: so is the other one, presumably
+    assert share._scale() == pytest.approx(2.0)
+    assert share.choose([0, 1], [1.0, 1.0]) == 0  # 0.8 x 2e-3 / 1 batch against 0.8 x 1e-4 x 2
+    for _ in range(40):  # no progress: best / batches shrinks until the unmeasured kernel's turn comes
+        share.observe(0, [_result(2e-3)])
+    assert share.choose([0, 1], [1.0, 1.0]) == 1
+
+
+def test_a_kernel_that_keeps_improving_outranks_one_that_stalled():
+    share = LatencyShare([1e-3, 1e-3])
+    for seconds in (4e-3, 3e-3, 2e-3, 1e-3):
+        share.observe(0, [_result(seconds)])
+    for _ in range(4):
+        share.observe(1, [_result(1.2e-3)])
+    assert share.choose([0, 1], [1.0, 1.0]) == 0  # improving by 2/3 ms a batch beats a slightly slower flat one
+
+
+def test_failed_batches_keep_a_kernel_ranked_by_its_estimate():
+    share = LatencyShare([1e-3, 1e-6])
+    share.observe(0, [SimpleNamespace(error_msg="build failed", run_secs=None)])
+    assert math.isinf(share.best[0])
+    assert share.choose([0, 1], [1.0, 1.0]) == 0
+
+
+def test_a_resumed_run_starts_from_the_database_history():
+    share = LatencyShare([1e-3, 1e-3], prior=[(5e-4, 4), (None, 0)])
+    assert share.history[0] == [5e-4] * 4
+    assert share._score(0, 1.0) == pytest.approx(0.8 * 5e-4 / 4)
+
+
+def test_roofline_estimate_grows_with_the_work():
+    assert roofline_seconds(matmul(64)) > 8 * roofline_seconds(matmul(16))
+
+
+def test_a_negative_budget_is_refused(cpu, tmp_path):
+    with pytest.raises(TvmRlError, match="budget"):
+        tune_workloads([("mm", matmul(8), 1.0)], cpu, tmp_path, budget=-1)
+
+
+def test_a_deadline_already_passed_measures_nothing(cpu, tmp_path):
+    _, report = tune_workloads([("mm", matmul(8), 1.0)], cpu, tmp_path, minutes=1e-9, cost_model="xgb")
+    assert report.measured == 0
+
+
+@pytest.mark.slow
+def test_a_budget_goes_to_the_heavy_kernel_batch_by_batch_and_resumes(cpu, tmp_path):
+    heavy, light = matmul(32), matmul(8)
+    path = tmp_path / "database_tuning_record.json"
+    seen: list[int] = []
+    workloads = [("light", light, 1.0), ("heavy", heavy, 8.0)]
+    _, report = tune_workloads(workloads, cpu, tmp_path, budget=4, trials_per_iter=2, cost_model="xgb",
+                               after_batch=lambda: seen.append(len(path.read_text().splitlines())))
+    assert report.measured == 4
+    assert seen == [2, 4]  # each batch is in the database file before the next is chosen
+    database, report = tune_workloads(workloads, cpu, tmp_path, budget=4, trials_per_iter=2, cost_model="xgb")
+    assert report.measured == 0  # the budget is spent: a rerun measures nothing
+    database, report = tune_workloads(workloads, cpu, tmp_path, budget=6, trials_per_iter=2, cost_model="xgb")
+    assert report.measured == 2  # a larger budget adds the difference
+    counts = records_per_workload(database)
+    assert counts[tvm_ffi.structural_hash(heavy)] == 6 and counts.get(tvm_ffi.structural_hash(light), 0) == 0
+
+
+def test_the_cli_takes_a_budget(monkeypatch):
+    from tvm_rl import flow_command
+
+    seen = {}
+
+    def fake_optimize(model, target, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    import tvm_rl.flow
+
+    monkeypatch.setattr(tvm_rl.flow, "optimize", fake_optimize)
+    with pytest.raises(SystemExit):
+        flow_command.main(["--model", "mlp", "--budget", "256", "--minutes", "10"])
+    assert seen["budget"] == 256 and seen["minutes"] == 10.0
+
+

@@ -1,0 +1,132 @@
+"""How a whole-model budget of measurements (and minutes) is spread over a model's kernels.
+
+`LatencyShare` is a MetaSchedule task scheduler: each batch goes to the kernel where one more batch is expected to
+save the most end-to-end time. That is MetaSchedule's gradient rule: a kernel's calls per model run x
+(alpha x its recent improvement per batch + (1 - alpha) x its best latency / its batches so far), with three
+changes a budget needs:
+
+- A kernel not measured yet is ranked by an estimate of its latency (a roofline over its FLOPs and bytes, scaled by
+  how the kernels measured so far compare with their estimates) instead of every kernel getting a first batch in
+  order: with a budget smaller than a batch per kernel, the heavy kernels are measured and the light ones keep
+  their default schedules.
+- Every batch is in the database before the next one is chosen (MetaSchedule's rule commits none until every
+  kernel has had its first), so an interrupted run loses at most one batch and resumes from what was measured:
+  a kernel's earlier records count as its history.
+- It stops choosing at a deadline (`tvm-rl optimize --minutes`).
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Sequence
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
+
+from ..database import record_seconds
+
+# Nominal rates for ranking kernels nobody has measured yet; only their ratio matters until the first measurements
+# rescale every estimate.
+NOMINAL_FLOPS = 50e9
+NOMINAL_BYTES = 10e9
+
+
+def roofline_seconds(mod: tvm.IRModule) -> float:
+    """A nominal latency for a kernel: the slower of its FLOPs at NOMINAL_FLOPS and its buffers at NOMINAL_BYTES."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        flops = float(estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001  (an op TVM cannot count: rank it by its bytes alone)
+        flops = 0.0
+    nbytes = 0
+    for func in mod.functions.values():
+        for buffer in getattr(func, "buffer_map", {}).values():
+            size = math.prod(int(d) if isinstance(d, (int, tvm.tirx.IntImm)) else 1 for d in buffer.shape)
+            nbytes += size * tvm.runtime.DataType(buffer.dtype).bits // 8
+    return max(flops / NOMINAL_FLOPS, nbytes / NOMINAL_BYTES, 1e-9)
+
+
+@derived_object
+class LatencyShare(PyTaskScheduler):
+    """MetaSchedule's gradient task scheduler, budget-aware (see the module docstring).
+
+    `estimates[i]` is task i's nominal latency (`roofline_seconds`); `prior[i]` its best latency in seconds and its
+    batches so far from an earlier run (None, 0 when new). `observer` (give it to the tuning call's measure
+    callbacks) reports each batch back to the scheduler.
+    """
+
+    def __init__(self, estimates: Sequence[float], prior: Sequence[tuple[float | None, int]] | None = None,
+                 alpha: float = 0.2, window: int = 3, deadline: float | None = None, seed: int = 0) -> None:
+        super().__init__()
+        self.alpha, self.window, self.deadline = alpha, window, deadline
+        self.estimates = list(estimates)
+        prior = prior or [(None, 0)] * len(self.estimates)
+        # best latency so far after each batch (seconds); a resumed task's earlier batches all count at its best
+        self.history: list[list[float]] = [[best] * max(1, rounds) if best is not None else []
+                                           for best, rounds in prior]
+        self.best: list[float] = [best if best is not None else math.inf for best, _ in prior]
+        self.rng = random.Random(seed)
+        self.last: int | None = None
+        self.exhausted: set[int] = set()  # tasks whose strategy ended before the budget or the deadline did
+        self.observer = _Observer(self)
+
+    def next_task_id(self) -> int:
+        outer = self._outer()
+        tasks = outer.tasks_
+        if self.last is not None and tasks[self.last].runner_futures is not None:
+            outer.join_running_task(self.last)  # commit the last batch before choosing (and so rank on it)
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return -1
+        alive = []
+        for i, task in enumerate(tasks):
+            outer.touch_task(i)
+            if task.is_terminated:
+                self.exhausted.add(i)
+            else:
+                alive.append(i)
+        if not alive:
+            return -1
+        self.last = self.choose(alive, [float(tasks[i].task_weight) for i in alive])
+        return self.last
+
+    def choose(self, alive: Sequence[int], weights: Sequence[float]) -> int:
+        """The task of `alive` (with these calls per model run) whose next batch should save the most time."""
+        scores = [self._score(i, w) for i, w in zip(alive, weights)]
+        top = max(scores)
+        return self.rng.choice(list(alive)) if top == min(scores) else alive[scores.index(top)]
+
+    def _score(self, i: int, weight: float) -> float:
+        history = self.history[i]
+        if not history or math.isinf(history[-1]):
+            # Never measured (or every candidate failed): ranked by its estimate, as if after one batch.
+            return weight * (1 - self.alpha) * self.estimates[i] * self._scale()
+        n, best = len(history), history[-1]
+        recent = (history[-1 - self.window] - best) / self.window if n > self.window else 0.0
+        return weight * (self.alpha * recent + (1 - self.alpha) * best / n)
+
+    def _scale(self) -> float:
+        """How the measured kernels' latencies compare with their estimates (median ratio; 1 before any)."""
+        ratios = [h[0] / self.estimates[i] for i, h in enumerate(self.history) if h and not math.isinf(h[0])]
+        return statistics.median(ratios) if ratios else 1.0
+
+    def observe(self, task_id: int, runner_results) -> None:
+        for result in runner_results:
+            if result.error_msg is None and result.run_secs:
+                self.best[task_id] = min(self.best[task_id], record_seconds(result.run_secs) or math.inf)
+        self.history[task_id].append(self.best[task_id])
+
+
+@derived_object
+class _Observer(PyMeasureCallback):
+    """Hands each measured batch to its LatencyShare."""
+
+    def __init__(self, scheduler: LatencyShare) -> None:
+        self.scheduler = scheduler
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        self.scheduler.observe(task_id, runner_results)
