@@ -50,6 +50,8 @@ class Options:
 
     target: Any = "llvm"  # "llvm" / "cpu" (this CPU), a target JSON dict or its text, or a tvm Target
     trials_per_kernel: int = 0  # measured schedules per kernel; 0: no tuning stage
+    budget: int | None = None  # instead: measurements for the whole graph, spent where its latency is
+    minutes: float | None = None  # instead (or as well): minutes of tuning per graph
     work_dir: str | Path | None = None  # tuning database and per-graph reports
     rewrite: bool = True  # RLRewritePass on the graph
     seed: int = 0
@@ -130,7 +132,8 @@ def compile_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], opts: Options
     out = optimize(module, opts.target, example_inputs=runtime, name=name, work_dir=opts.resolved_work_dir(),
                    rewrite=opts.rewrite, rewrite_steps=opts.rewrite_steps, rewrite_seconds=opts.rewrite_seconds,
                    trials_per_kernel=opts.trials_per_kernel, strategy=opts.strategy, seed=opts.seed,
-                   repeat=opts.repeat, rtol=opts.rtol, atol=opts.atol, fast_math=opts.fast_math)
+                   repeat=opts.repeat, rtol=opts.rtol, atol=opts.atol, fast_math=opts.fast_math,
+                   budget=opts.budget, minutes=opts.minutes)
     graph = TvmGraph(gm, out, {i: inputs[i] for i in frozen}, len(inputs), as_list, dtypes, opts)
     graph.verify(inputs)
     log.info("tvm_rl: %s", out.report.summary())

@@ -171,6 +171,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     from .tune.cost_model import from_spec as cost_model_from_spec
 
     target = measure.parse_target(target)
+    whole_model = budget is not None or minutes is not None
     work = Path(work_dir) if work_dir is not None else paths.work_dir()
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -209,7 +210,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
             break
         t = time.perf_counter()
         database, tuned = tune_model(mod, target, tuning, trials_per_kernel=trials_per_kernel,
-                                     trials_per_iter=min(8, trials_per_kernel), strategy=strategy, seed=seed,
+                                     trials_per_iter=8 if whole_model else min(8, trials_per_kernel),
+                                     strategy=strategy, seed=seed,
                                      cost_model=cost_model_from_spec(cost_model, seed, target.kind.name),
                                      budget=budget, minutes=minutes)
         report.kernels_tuned += tuned.tasks

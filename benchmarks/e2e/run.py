@@ -35,6 +35,7 @@ from tvm_rl.tune.cost_model import from_spec
 from tvm_rl.tune.tasks import check_local_device, tune_model
 
 from . import archive as e2e_archive
+from .budget import BUDGET_ARMS, tune_budget
 from .table import BASELINE_ARM, DEFAULT, ORT, TORCH, format_table, plot, table_rows, variant_key
 
 MODELS = ["resnet18", "mobilenet_v2", "bert"]
@@ -49,10 +50,10 @@ def resolve_arms(wanted: list[str] | None, cost_model: str | None) -> list[str]:
     cost model is given); SystemExit naming an unknown arm, or a pre-trained arm without `--cost-model`."""
     if wanted is None:
         return [a for a, (_, pre) in ARMS.items() if cost_model or not pre]
-    unknown = [a for a in wanted if a not in ARMS]
+    unknown = [a for a in wanted if a not in ARMS and a not in BUDGET_ARMS]
     if unknown:
-        raise SystemExit(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join(ARMS)}")
-    needs = [a for a in wanted if ARMS[a][1]]
+        raise SystemExit(f"unknown arm(s) {', '.join(unknown)}; choose from {', '.join([*ARMS, *BUDGET_ARMS])}")
+    needs = [a for a in wanted if {**ARMS, **BUDGET_ARMS}[a][1]]
     if needs and not cost_model:
         raise SystemExit(f"arm(s) {', '.join(needs)} use a pre-trained cost model: give --cost-model FILE "
                          "or --cost-model xgb-pretrained")
@@ -131,10 +132,11 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a JSON target")
     p.add_argument("--models", nargs="+", default=MODELS, help=f"zoo models (default: {' '.join(MODELS)})")
     p.add_argument("--size", default="full", choices=models.SIZES)
-    p.add_argument("--trials", type=int, nargs="+", default=[32, 64], help="trials per kernel, N (default 32 64)")
+    p.add_argument("--trials", type=int, nargs="+", default=[32, 64],
+                   help="N: trials per kernel, or for the budget-* arms measurements per model (default 32 64)")
     p.add_argument("--arms", nargs="+", default=None,
                    help=f"search arms (default: ppo evolutionary, and the *-pretrained ones with --cost-model; "
-                        f"known: {' '.join(ARMS)})")
+                        f"known: {' '.join(ARMS)}; whole-model budgets: {' '.join(BUDGET_ARMS)})")
     p.add_argument("--seeds", type=int, default=1, help="seeds per (model, arm, N): 0 .. seeds-1")
     p.add_argument("--cost-model", default=None, help="pre-trained cost model for the *-pretrained arms: a file, "
                    "or xgb-pretrained (the one shipped for the target)")
@@ -203,7 +205,7 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
         load.update(bench_runs.wait_for_cores(args.load_wait, args.max_load))
         started.append(time.perf_counter())
 
-    strategy, pretrained = ARMS[arm]
+    strategy, pretrained = {**ARMS, **BUDGET_ARMS}[arm][:2]
     # The plain arms tune with MetaSchedule's own XGBModel, whatever model tvm-rl ships, so that the pre-trained
     # arms (what `tvm-rl optimize` runs by default where a model is shipped) are compared with it.
     cost_model = from_spec(args.cost_model, seed, target.kind.name) if pretrained else "xgb"
@@ -216,10 +218,14 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
                      measurements=TuningDatabase(folder).record_count())
 
     try:
-        database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials,
-                                      trials_per_iter=TRIALS_PER_ITER, strategy=strategy, seed=seed,
-                                      op_filter=args.op_filter, cost_model=cost_model,
-                                      before_tuning=wait_for_quiet_cores, after_batch=after_batch)
+        if arm in BUDGET_ARMS:  # N is the whole model's measurements
+            database, report = tune_budget(arm, model.mod, target, folder, trials, seed, TRIALS_PER_ITER, cost_model,
+                                           args.op_filter, wait_for_quiet_cores, after_batch)
+        else:
+            database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials,
+                                          trials_per_iter=TRIALS_PER_ITER, strategy=strategy, seed=seed,
+                                          op_filter=args.op_filter, cost_model=cost_model,
+                                          before_tuning=wait_for_quiet_cores, after_batch=after_batch)
     except KeyboardInterrupt:
         # A sitting cut short still spent its seconds: without them a run that took several sittings would look
         # cheaper than it was.

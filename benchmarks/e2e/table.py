@@ -8,6 +8,13 @@ from typing import Any
 
 DEFAULT, TORCH, ORT = "TVM default", "PyTorch", "ORT"
 BASELINE_ARM = "evolutionary"  # MetaSchedule's own search and cost model: what every other arm is held against
+# MetaSchedule as its users run it, at the same whole-model budget: what the budget-* arms are held against
+BUDGET_BASELINE_ARM = "budget-metaschedule"
+
+
+def baseline_of(arm: str) -> str:
+    """The arm that `arm` is compared with at the same N and seed."""
+    return BUDGET_BASELINE_ARM if arm.startswith("budget-") else BASELINE_ARM
 
 
 def variant_key(arm: str, trials: int, seed: int) -> str:
@@ -30,8 +37,9 @@ def table_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
     for key in [DEFAULT, *entry.get("runs", {}), TORCH, ORT]:
         run, t = entry.get("runs", {}).get(key, {}), timed.get(key, {})
         ms = t.get("ms")
-        evo = (timed.get(variant_key(BASELINE_ARM, run["trials"], run["seed"]), {}).get("ms")
-               if run and run.get("arm") != BASELINE_ARM else None)
+        base_arm = baseline_of(run.get("arm", ""))
+        evo = (timed.get(variant_key(base_arm, run["trials"], run["seed"]), {}).get("ms")
+               if run and run.get("arm") != base_arm else None)
         rows.append({"variant": run.get("label", key), "trials": run.get("trials"), "ms": ms,
                      "speedup": ratio(base, ms), "vs_evolutionary": ratio(evo, ms), "tuning_s": run.get("tuning_s"),
                      "measurements": run.get("measurements"), "correct": t.get("correct"),
@@ -50,7 +58,8 @@ def format_table(name: str, entry: dict[str, Any], settings: dict[str, Any]) -> 
             f"{'measured':>10}{'vs PyTorch':>12}{'vs ORT':>9}")
     lines = [f"\n{name} ({settings['size']}, {settings['target_name']}): median ms over "
              f"{entry.get('timing', {}).get('passes', '-')} interleaved passes; 'vs' columns are speedups "
-             "(> 1: this build is faster; 'vs evo': over evolutionary search at the same N and seed)",
+             "(> 1: this build is faster; 'vs evo': over MetaSchedule's evolutionary search at the same N and seed, "
+             "for budget-* arms over budget-metaschedule)",
              head, "-" * len(head)]
     for r in table_rows(entry):
         flag = (" WRONG OUTPUT" if r["correct"] is False else "") + (" PART-TUNED" if r["interrupted"] else "")

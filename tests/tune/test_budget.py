@@ -104,3 +104,27 @@ def test_the_cli_takes_a_budget(monkeypatch):
     assert seen["budget"] == 256 and seen["minutes"] == 10.0
 
 
+
+
+def test_torch_compile_takes_a_budget():
+    from tvm_rl.dynamo import Options
+
+    opts = Options.parse({"budget": 64, "minutes": 2})
+    assert (opts.budget, opts.minutes, opts.trials_per_kernel) == (64, 2, 0)
+
+
+@pytest.mark.slow
+def test_optimize_spends_a_whole_model_budget(tmp_path):
+    from tvm import relax
+
+    import tvm_rl
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16, 32), "float32"))
+    w = relax.Var("w", relax.TensorType((32, 32), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(relax.op.nn.relu(relax.op.matmul(x, w))))
+        bb.emit_func_output(out)
+    out = tvm_rl.optimize(bb.get(), "llvm", work_dir=tmp_path, rewrite=False, budget=4, cost_model="xgb", repeat=3)
+    assert out.report.trials_measured == 4

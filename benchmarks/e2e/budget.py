@@ -1,0 +1,80 @@
+"""Whole-model budget arms of the end-to-end benchmark: N measurements for the whole model, spent three ways.
+
+- `budget-ours`: what `tvm-rl optimize --budget N` runs (evolutionary search, the shipped cost model, batches of 8
+  spread by `LatencyShare`).
+- `budget-even`: the same search and model, N split evenly over the kernels (what `--trials N/kernels` does).
+- `budget-metaschedule`: MetaSchedule as its users run it (`tune_relax`'s defaults on the same kernels: its
+  gradient task scheduler, evolutionary search, XGBModel, its own space generator, batches of 64), built by
+  tvm-rl's PersistentBuilder, since MetaSchedule's LocalBuilder can time out on every candidate of a small CPU
+  (docs/tuner.md, measurement notes): the builder decides whether a candidate builds, not which are proposed.
+
+A rerun resumes each with what is left of N (records already in its folder count as spent).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import tvm_ffi
+from tvm.s_tir import meta_schedule as ms
+
+from tvm_rl.database import TuningDatabase
+from tvm_rl.tune.intrin import preload_tensor_intrinsics
+from tvm_rl.tune.measure_callback import AfterBatch
+from tvm_rl.tune.tasks import TuneReport, extract_tasks, records_per_workload, shared_builder, tune_model
+
+# arm -> (search strategy, whether it takes the pre-trained cost model, how N is spread)
+BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
+               "budget-even": ("evolutionary", True, "even"),
+               "budget-metaschedule": ("evolutionary", False, "metaschedule")}
+METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
+
+
+def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, trials_per_iter: int, cost_model,
+                op_filter: str | None, before_tuning: Callable[[], None] | None,
+                after_batch: Callable[[], object] | None):
+    """Tune `mod`'s kernels into `folder` as budget arm `arm` does, `budget` measurements in all; (database, report)."""
+    strategy, _, allocation = BUDGET_ARMS[arm]
+    common = dict(trials_per_iter=trials_per_iter, strategy=strategy, seed=seed, op_filter=op_filter,
+                  cost_model=cost_model, before_tuning=before_tuning, after_batch=after_batch)
+    if allocation == "latency-share":
+        return tune_model(mod, target, folder, budget=budget, **common)
+    if allocation == "even":
+        kernels = [t for t in extract_tasks(mod, target) if not op_filter or op_filter in t.task_name]
+        return tune_model(mod, target, folder, trials_per_kernel=max(1, budget // max(1, len(kernels))), **common)
+    return tune_like_metaschedule(mod, target, folder, budget, seed, op_filter, before_tuning, after_batch)
+
+
+def tune_like_metaschedule(mod, target, folder: Path, budget: int, seed: int, op_filter: str | None = None,
+                           before_tuning: Callable[[], None] | None = None,
+                           after_batch: Callable[[], object] | None = None):
+    """`ms.tune_tasks` with `tune_relax`'s defaults on the kernels `measure.build` looks up (`extract_tasks`), into
+    `folder`'s database; what the folder already holds of them counts against `budget`. (database, report)."""
+    tuning = TuningDatabase(folder)
+    database = tuning.open()
+    tasks = [t for t in extract_tasks(mod, target) if not op_filter or op_filter in t.task_name]
+    report = TuneReport(tasks=len(tasks))
+    done = records_per_workload(database)
+    spent = sum(done.get(tvm_ffi.structural_hash(t.dispatched[0]), 0) for t in tasks)
+    remaining = budget - spent
+    if remaining <= 0 or not tasks:
+        return database, report
+    if before_tuning is not None:
+        before_tuning()
+    start = time.perf_counter()
+    preload_tensor_intrinsics()
+    contexts = [ms.TuneContext(mod=t.dispatched[0], target=target, space_generator="post-order-apply",
+                               search_strategy="evolutionary", task_name=t.task_name, rand_state=rand_state,
+                               num_threads="physical").clone()
+                for t, rand_state in zip(tasks, ms.utils.fork_seed(seed, n=len(tasks)))]
+    callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
+                 *([AfterBatch(after_batch)] if after_batch is not None else [])]
+    ms.tune_tasks(tasks=contexts, task_weights=[float(t.weight) for t in tasks], work_dir=str(folder / "ms_logs"),
+                  max_trials_global=remaining, num_trials_per_iter=METASCHEDULE_PER_ITER, database=database,
+                  cost_model="xgb", measure_callbacks=callbacks, task_scheduler="gradient", builder=shared_builder())
+    report.tuned = [t.task_name for t in tasks]
+    report.trials = remaining
+    report.measured = sum(records_per_workload(database).values()) - sum(done.values())
+    report.seconds = time.perf_counter() - start
+    return database, report
