@@ -1,8 +1,8 @@
 """`tvm_rl.optimize` (defined here, exported by the package): the whole flow in one call.
 
-model (torch module + example inputs, ONNX file, or Relax IRModule) -> Relax -> RLRewritePass -> kernels tuned
-by a search strategy (`search_strategy.DEFAULT`) into one database -> build -> outputs checked against the source
-model -> a runnable, exportable module and a report of every stage's latency and time.
+model (torch module + example inputs, ONNX file, Hugging Face folder, or Relax IRModule) -> Relax -> RLRewritePass
+-> kernels tuned by a search strategy (`search_strategy.DEFAULT`) into one database -> build -> outputs checked
+against the source model -> a runnable, exportable module and a report of every stage's latency and time.
 """
 from __future__ import annotations
 
@@ -95,6 +95,8 @@ def _as_model(model, example_inputs, shapes, name) -> models.Model:
         return model
     if isinstance(model, (str, Path)):
         path = Path(model)
+        if models.huggingface.is_pretrained_dir(path):
+            return models.huggingface.from_pretrained_dir(path, shapes=shapes, name=name)
         if path.suffix == ".onnx" or path.exists():
             return models.from_onnx(path, shapes=shapes, name=name)
         return models.load(str(model), "tiny")  # a zoo name
@@ -109,8 +111,8 @@ def _as_model(model, example_inputs, shapes, name) -> models.Model:
         if example_inputs is None:
             raise TvmRlError("optimize(torch_module) needs example_inputs: a tuple of tensors with the input shapes")
         return models.from_torch(model, tuple(example_inputs), name=name or type(model).__name__)
-    raise TvmRlError(f"optimize() takes a torch.nn.Module, an .onnx path, a zoo model name or a Relax IRModule, "
-                     f"not {type(model).__name__}")
+    raise TvmRlError(f"optimize() takes a torch.nn.Module, an .onnx path, a Hugging Face model folder, a zoo model "
+                     f"name or a Relax IRModule, not {type(model).__name__}")
 
 
 @dataclass

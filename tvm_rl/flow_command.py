@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     what = ap.add_mutually_exclusive_group(required=True)
     what.add_argument("--model", help="a zoo model name, tiny size (see tvm_rl.models.names())")
     what.add_argument("--onnx", help="an ONNX file")
+    what.add_argument("--hf", metavar="DIR", help="a Hugging Face model folder (what save_pretrained writes; needs "
+                      "transformers): its main input made from its config, --shape to change it; decoders without "
+                      "a KV cache")
     ap.add_argument("--shape", type=_shape, action="append", default=[], metavar="NAME=D1,D2,...",
                     help="static shape for an ONNX input with symbolic dimensions (repeatable)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
 
     from .flow import optimize
 
-    model = args.onnx if args.onnx else args.model
+    model = args.onnx or args.hf or args.model
     out = optimize(model, args.target, shapes=dict(args.shape) or None, work_dir=args.work_dir,
                    rewrite=not args.no_rewrite, policy=args.policy, rewrite_steps=args.rewrite_steps,
                    rewrite_seconds=args.rewrite_seconds, trials_per_kernel=args.trials, strategy=args.strategy,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from . import transformers, vision  # noqa: F401  (registers the zoo)
+from . import huggingface, transformers, vision  # noqa: F401  (transformers, vision: register the zoo)
 from .importer import Model, export_onnx, from_onnx, from_torch
 from .registry import SIZES, names, register, spec
 
@@ -20,4 +20,5 @@ def load(name: str, size: str = "tiny", seed: int = 0) -> Model:
     return from_torch(module, example_inputs, name=f"{name}-{size}")
 
 
-__all__ = ["Model", "SIZES", "export_onnx", "from_onnx", "from_torch", "load", "names", "register", "spec"]
+__all__ = ["Model", "SIZES", "export_onnx", "from_onnx", "from_torch", "huggingface", "load", "names", "register",
+           "spec"]
