@@ -8,7 +8,7 @@ import tvm_ffi
 from tests.support.kernels import matmul
 from tvm_rl.errors import TvmRlError
 from tvm_rl.tune import tune_workloads
-from tvm_rl.tune.task_scheduler import LatencyShare, roofline_seconds
+from tvm_rl.tune.task_scheduler import LatencyShare, untuned_seconds
 from tvm_rl.tune.tasks import records_per_workload
 
 
@@ -16,19 +16,21 @@ def _result(seconds):
     return SimpleNamespace(error_msg=None, run_secs=[seconds])
 
 
-def test_unmeasured_kernels_are_ranked_by_estimated_latency_times_calls():
+def test_unmeasured_kernels_are_ranked_by_their_untuned_latency_times_calls():
     share = LatencyShare([1e-3, 1e-5, 1e-4])
     assert share.choose([0, 1, 2], [1.0, 1.0, 1.0]) == 0
     assert share.choose([0, 1, 2], [1.0, 1000.0, 1.0]) == 1  # called 1000 times per run: it is where the time is
     assert share.choose([1, 2], [1.0, 1.0]) == 2
 
 
-def test_measured_kernels_rescale_the_estimates_and_follow_the_gradient():
-    share = LatencyShare([1e-3, 1e-4])
-    share.observe(0, [_result(2e-3)])  # measured twice as slow as estimated: so is the other one, presumably
-    assert share._scale() == pytest.approx(2.0)
-    assert share.choose([0, 1], [1.0, 1.0]) == 0  # 0.8 x 2e-3 / 1 batch against 0.8 x 1e-4 x 2
-    for _ in range(40):  # no progress: best / batches shrinks until the unmeasured kernel's turn comes
+def test_a_measured_kernel_follows_the_gradient_until_an_untuned_one_costs_more():
+    share = LatencyShare([1e-1, 2e-3])
+    share.observe(0, [_result(2e-3)])  # tuned from 100 ms untuned to 2 ms
+    assert share.choose([0, 1], [1.0, 1.0]) == 1  # the other still costs 2 ms untuned: more than 0.8 x 2 ms / 1
+    share = LatencyShare([1e-1, 1e-4])
+    share.observe(0, [_result(2e-3)])
+    assert share.choose([0, 1], [1.0, 1.0]) == 0  # 0.1 ms untuned: another batch on the 2 ms kernel first
+    for _ in range(40):  # no progress: best / batches shrinks until the untuned kernel's turn comes
         share.observe(0, [_result(2e-3)])
     assert share.choose([0, 1], [1.0, 1.0]) == 1
 
@@ -42,11 +44,14 @@ def test_a_kernel_that_keeps_improving_outranks_one_that_stalled():
     assert share.choose([0, 1], [1.0, 1.0]) == 0  # improving by 2/3 ms a batch beats a slightly slower flat one
 
 
-def test_failed_batches_keep_a_kernel_ranked_by_its_estimate():
-    share = LatencyShare([1e-3, 1e-6])
+def test_failed_batches_lower_a_kernels_rank_without_hiding_its_history():
+    share = LatencyShare([1e-3, 6e-4])
     share.observe(0, [SimpleNamespace(error_msg="build failed", run_secs=None)])
     assert math.isinf(share.best[0])
-    assert share.choose([0, 1], [1.0, 1.0]) == 0
+    assert share.choose([0, 1], [1.0, 1.0]) == 1  # 1 ms untuned, halved by its failed batch, against 0.6 ms
+    for seconds in (5e-4, 4e-4, 3e-4):
+        share.observe(0, [_result(seconds)])
+    assert share._score(0, 1.0) == pytest.approx(0.8 * 3e-4 / 4)  # the failed batch counts, its inf does not
 
 
 def test_a_resumed_run_starts_from_the_database_history():
@@ -55,8 +60,8 @@ def test_a_resumed_run_starts_from_the_database_history():
     assert share._score(0, 1.0) == pytest.approx(0.8 * 5e-4 / 4)
 
 
-def test_roofline_estimate_grows_with_the_work():
-    assert roofline_seconds(matmul(64)) > 8 * roofline_seconds(matmul(16))
+def test_the_untuned_estimate_grows_with_the_work():
+    assert untuned_seconds(matmul(64)) > 8 * untuned_seconds(matmul(16))
 
 
 def test_a_negative_budget_is_refused(cpu, tmp_path):

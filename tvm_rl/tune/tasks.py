@@ -30,7 +30,7 @@ from .measure_callback import AfterBatch, ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
 from .search_strategy.exhaustion import StopWhenExhausted
 from .search_strategy.skip_measured import SkipMeasured
-from .task_scheduler import LatencyShare, roofline_seconds
+from .task_scheduler import LatencyShare, untuned_seconds
 
 
 def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target | str) -> list[ms.ExtractedTask]:
@@ -288,7 +288,7 @@ def _latency_share(todo: Sequence[tuple[str, tvm.IRModule, float]], keys: Sequen
                 best[key] = min(best.get(key, seconds), seconds)
     prior = [(best.get(key), -(-count[key] // trials_per_iter)) if count[key] else (None, 0) for key in keys]
     deadline = time.monotonic() + 60 * minutes if minutes is not None else None
-    return LatencyShare([roofline_seconds(mod) for _, mod, _ in todo], prior, deadline=deadline, seed=seed)
+    return LatencyShare([untuned_seconds(mod) for _, mod, _ in todo], prior, deadline=deadline, seed=seed)
 
 
 def _warm_on_records(model: ms.CostModel, contexts: Sequence[ms.TuneContext], keys: Sequence[int],
