@@ -8,7 +8,7 @@ from tvm.s_tir.meta_schedule.builder.local_builder import default_build
 
 from tvm_rl import measure
 from tvm_rl.tune import extract_tasks, tasks, tune_model
-from tvm_rl.tune.design_space import intermediate_layout_free, space_generator
+from tvm_rl.tune.design_space import intermediate_layout_free, packed_gemm, space_generator
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.runner.failures import _signature
 
@@ -108,3 +108,32 @@ def test_fused_attention_is_tuned_and_still_computes_attention(cpu, tmp_path):
     weights /= weights.sum(-1, keepdims=True)
     expected = np.einsum("gqk,gkd->gqd", weights, v[:, :, 0])[:, :, None]
     measure.assert_close(out, [expected])
+
+
+def _matmul_and_conv(cpu) -> dict[str, tvm.IRModule]:
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16, 32), "float32"))
+    img = relax.Var("img", relax.TensorType((1, 8, 10, 10), "float32"))
+    w, k = relax.const(np.ones((32, 24), "float32")), relax.const(np.ones((8, 8, 3, 3), "float32"))
+    with bb.function("main", [x, img]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.matmul(x, w))
+            c = bb.emit(relax.op.nn.conv2d(img, k, padding=1))
+            out = bb.emit_output(relax.Tuple([a, c]))
+        bb.emit_func_output(out)
+    return {t.task_name.rstrip("0123456789"): t.dispatched[0] for t in extract_tasks(bb.get(), cpu)}
+
+
+def _tile_levels(mod: tvm.IRModule, cpu) -> set[int]:
+    sch = first_space(mod, cpu, space_generator(cpu, mod=mod))
+    return {len(i.outputs) for i in sch.trace.insts if i.kind.name == "SamplePerfectTile"}
+
+
+def test_a_gemm_with_a_constant_weight_is_tiled_ssrs_and_a_conv_keeps_the_default(cpu):
+    kernels = _matmul_and_conv(cpu)
+    assert packed_gemm(kernels["matmul"]) and not packed_gemm(kernels["conv2d"])
+    assert _tile_levels(kernels["matmul"], cpu) == {3}  # S, S, R, S: spatial loops in three levels, k whole
+    assert _tile_levels(kernels["conv2d"], cpu) == {4, 2}  # S, S, R, S, R, S
+    assert not packed_gemm(attention_task(cpu))  # several reductions: the default tiling
+    unmarked = tvm.IRModule({"main": kernels["matmul"]["main"].without_attr("layout_free_buffers")})
+    assert not packed_gemm(unmarked)  # nothing for RewriteLayout to pack

@@ -202,7 +202,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     to_check = [mod for _, mod, _ in todo if local and guarded(mod, target)]
     loggers = ms.logging.get_loggers_from_work_dir(str(work_dir / "ms_logs"), names)
     # Each task needs its own strategy state: cloning the context clones its strategy (as MetaSchedule does).
-    contexts = [ms.TuneContext(mod=mod, target=target, space_generator=space_generator(target, guard=local),
+    contexts = [ms.TuneContext(mod=mod, target=target, space_generator=space_generator(target, guard=local, mod=mod),
                                search_strategy=strategy,
                                task_name=name, logger=logger, rand_state=rand_state, num_threads="physical").clone()
                 for (name, mod, _), logger, rand_state in zip(todo, loggers, ms.utils.fork_seed(seed, n=len(todo)))]
