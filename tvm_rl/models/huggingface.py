@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -23,7 +24,7 @@ def is_pretrained_dir(path: str | Path) -> bool:
 def example_inputs(model: torch.nn.Module, shapes: dict[str, Sequence[int]] | None = None,
                    seed: int = 0) -> dict[str, torch.Tensor]:
     """The model's main input, seeded, at the shape `shapes` names for it or one its config implies."""
-    config = model.config
+    config: Any = model.config  # a transformers PretrainedConfig (torch's Module typing does not know it)
     name = getattr(model, "main_input_name", "input_ids")
     shape = list((shapes or {}).get(name, []))
     unknown = sorted(set(shapes or {}) - {name})

@@ -82,8 +82,8 @@ def packed_gemm(mod: tvm.IRModule) -> bool:
 # ("SSRS"), which keeps the k loop outside the vectorised output columns. MetaSchedule's default "SSRSRS" splits
 # the reduction between two tile levels; in 64 trials it did not find this loop nest, and the packed GEMMs tuned
 # with "SSRS" ran 1.4-1.7x those tuned in the default space (docs/results/kernel_ceiling.md).
-GEMM_TILING = dict(structure="SSRS", max_innermost_factor=64,
-                   reuse_write=dict(req="may", levels=[1, 2], scope="global"))
+GEMM_TILING = {"structure": "SSRS", "max_innermost_factor": 64}
+GEMM_REUSE_WRITE = {"req": "may", "levels": [1, 2], "scope": "global"}
 
 
 def space_generator(target: tvm.target.Target, guard: bool = True,
@@ -101,10 +101,8 @@ def space_generator(target: tvm.target.Target, guard: bool = True,
                  for p in ms.Postproc.create("llvm")]
     rules = None
     if gemm:
-        reuse = ms.schedule_rule.ReuseType(**GEMM_TILING["reuse_write"])
-        rules = [ms.schedule_rule.MultiLevelTiling(structure=GEMM_TILING["structure"],
-                                                   max_innermost_factor=GEMM_TILING["max_innermost_factor"],
-                                                   reuse_write=reuse)
+        reuse = ms.schedule_rule.ReuseType(**GEMM_REUSE_WRITE)
+        rules = [ms.schedule_rule.MultiLevelTiling(**GEMM_TILING, reuse_write=reuse)
                  if type(r) is ms.schedule_rule.MultiLevelTiling else r for r in ms.ScheduleRule.create("llvm")]
     return ms.space_generator.PostOrderApply(sch_rules=rules if rules is not None else "from-target",
                                              postprocs=postprocs, mutator_probs="llvm" if gemm else "from-target")

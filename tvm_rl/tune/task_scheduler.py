@@ -106,7 +106,7 @@ class LatencyShare(PyTaskScheduler):
         measured = [b for b in history if not math.isinf(b)]
         if not measured:
             # Never measured (or every candidate failed so far): a first good schedule saves about what the kernel
-            # costs untuned; each failed batch halves the hope.
+            # costs untuned; each failed batch lowers that hope.
             return weight * self.estimates[i] / (1 + len(history))
         n, best = len(history), history[-1]
         earlier = history[-1 - self.window] if n > self.window else math.inf
