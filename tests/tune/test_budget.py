@@ -80,13 +80,14 @@ def test_a_budget_goes_to_the_heavy_kernel_batch_by_batch_and_resumes(cpu, tmp_p
     path = tmp_path / "database_tuning_record.json"
     seen: list[int] = []
     workloads = [("light", light, 1.0), ("heavy", heavy, 8.0)]
-    _, report = tune_workloads(workloads, cpu, tmp_path, budget=4, trials_per_iter=2, cost_model="xgb",
+    quick = dict(trials_per_iter=2, cost_model="xgb", strategy="random")  # the subject is the scheduler
+    _, report = tune_workloads(workloads, cpu, tmp_path, budget=4, **quick,
                                after_batch=lambda: seen.append(len(path.read_text().splitlines())))
     assert report.measured == 4
     assert seen == [2, 4]  # each batch is in the database file before the next is chosen
-    database, report = tune_workloads(workloads, cpu, tmp_path, budget=4, trials_per_iter=2, cost_model="xgb")
+    database, report = tune_workloads(workloads, cpu, tmp_path, budget=4, **quick)
     assert report.measured == 0  # the budget is spent: a rerun measures nothing
-    database, report = tune_workloads(workloads, cpu, tmp_path, budget=6, trials_per_iter=2, cost_model="xgb")
+    database, report = tune_workloads(workloads, cpu, tmp_path, budget=6, **quick)
     assert report.measured == 2  # a larger budget adds the difference
     counts = records_per_workload(database)
     assert counts[tvm_ffi.structural_hash(heavy)] == 6 and counts.get(tvm_ffi.structural_hash(light), 0) == 0
@@ -131,5 +132,6 @@ def test_optimize_spends_a_whole_model_budget(tmp_path):
         with bb.dataflow():
             out = bb.emit_output(bb.emit(relax.op.nn.relu(relax.op.matmul(x, w))))
         bb.emit_func_output(out)
-    out = tvm_rl.optimize(bb.get(), "llvm", work_dir=tmp_path, rewrite=False, budget=4, cost_model="xgb", repeat=3)
+    out = tvm_rl.optimize(bb.get(), "llvm", work_dir=tmp_path, rewrite=False, budget=4, cost_model="xgb",
+                          strategy="random", repeat=3)
     assert out.report.trials_measured == 4
