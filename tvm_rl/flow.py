@@ -53,11 +53,11 @@ class OptimizeReport:
         return (f"{self.model} on {self.target}: {self.default_ms:.3f} ms (TVM default build) -> "
                 f"{self.optimized_ms:.3f} ms optimized ({self.speedup:.2f}x); {len(self.graph_rewrites)} graph "
                 f"rewrites{f' ({self.graph_policy})' if self.graph_policy else ''}"
-                f"{', fast math' if self.fast_math else ''}, {self.kernels_tuned} kernels "
-                f"tuned with {self.trials_measured} measurements; "
+                f"{', fast math' if self.fast_math else ''}, {self.trials_measured} measurements over "
+                f"{self.kernels_tuned} kernels; "
                 f"outputs match the source model (max abs err {self.max_abs_err:.2g}); {stages}"
                 + (f". The rewritten, tuned build measured {self.tuned_ms:.3f} ms, slower than the default build, so "
-                   "the default build is returned (more --trials per kernel usually fixes this)"
+                   "the default build is returned (more --trials per kernel or a larger --budget usually fixes this)"
                    if self.kept_default else ""))
 
 
