@@ -6,6 +6,7 @@ import argparse
 from . import paths
 from .graph import defaults
 from .tune import search_strategy
+from .tune.command import add_budget_arguments
 
 
 def _shape(text: str) -> tuple[str, list[int]]:
@@ -32,12 +33,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
                     help="static shape for an ONNX input with symbolic dimensions (repeatable)")
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
     ap.add_argument("--trials", type=int, default=16, help="measured trials per kernel (default 16)")
-    ap.add_argument("--budget", type=int, default=None, metavar="N",
-                    help="instead of --trials: N measurements for the whole model, spent on the kernels where its "
-                         "latency is (a rerun resumes: earlier records of its kernels count)")
-    ap.add_argument("--minutes", type=float, default=None, metavar="M",
-                    help="instead of --trials: tune for M minutes, spent the same way (with --budget: whichever "
-                         "comes first)")
+    add_budget_arguments(ap)
     ap.add_argument("--strategy", default=None,
                     help=f"search strategy: {', '.join(search_strategy.names())} (default {search_strategy.DEFAULT})")
     ap.add_argument("--cost-model", default=None, metavar="MODEL",

@@ -32,12 +32,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     ap.add_argument("--strategy", default=search_strategy.DEFAULT, choices=search_strategy.names(),
                     help=f"search strategy (default {search_strategy.DEFAULT})")
     ap.add_argument("--trials", type=int, default=32, help="measured trials per kernel (default 32)")
-    ap.add_argument("--budget", type=int, default=None, metavar="N",
-                    help="instead of --trials: N measurements for the whole model (or task list), spent where its "
-                         "latency is; earlier records of its kernels count, so a rerun resumes")
-    ap.add_argument("--minutes", type=float, default=None, metavar="M",
-                    help="instead of --trials: stop choosing batches after M minutes (with --budget: whichever "
-                         "comes first)")
+    add_budget_arguments(ap, "the whole model (or task list)")
     ap.add_argument("--per-iter", type=int, default=8, help="candidates measured per round (default 8)")
     ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")
     ap.add_argument("--seed", type=int, default=0)
@@ -105,6 +100,16 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         kinds = ", ".join(f"{kind} {n}" for kind, n in sorted(report.failures.items()))
         print(f"{sum(report.failures.values())} candidates failed ({kinds}); reasons in {report.failure_log}")
     return 0
+
+
+def add_budget_arguments(ap: argparse.ArgumentParser, what: str = "the whole model") -> None:
+    """--budget and --minutes (`tune_workloads(budget=, minutes=)`), for a command that tunes `what`."""
+    ap.add_argument("--budget", type=int, default=None, metavar="N",
+                    help=f"instead of --trials: N measurements for {what}, spent on the kernels where its latency is "
+                         "(a rerun resumes: earlier records of its kernels count)")
+    ap.add_argument("--minutes", type=float, default=None, metavar="M",
+                    help="instead of --trials: tune for M minutes, spent the same way (with --budget: whichever "
+                         "comes first)")
 
 
 def _remote_runner(args: argparse.Namespace, ap: argparse.ArgumentParser):

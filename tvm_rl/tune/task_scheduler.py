@@ -70,7 +70,6 @@ class LatencyShare(PyTaskScheduler):
         # best latency so far after each batch (seconds); a resumed task's earlier batches all count at its best
         self.history: list[list[float]] = [[best] * max(1, rounds) if best is not None else []
                                            for best, rounds in prior]
-        self.best: list[float] = [best if best is not None else math.inf for best, _ in prior]
         self.rng = random.Random(seed)
         self.last: int | None = None
         self.exhausted: set[int] = set()  # tasks whose strategy ended before the budget or the deadline did
@@ -113,11 +112,19 @@ class LatencyShare(PyTaskScheduler):
         recent = 0.0 if math.isinf(earlier) else (earlier - best) / self.window
         return weight * (self.alpha * recent + (1 - self.alpha) * best / n)
 
+    @property
+    def best(self) -> list[float]:
+        """Each task's best latency so far in seconds (inf before a valid measurement)."""
+        return [history[-1] if history else math.inf for history in self.history]
+
     def observe(self, task_id: int, runner_results) -> None:
+        """Append the task's best latency after this batch of results to its history."""
+        history = self.history[task_id]
+        best = history[-1] if history else math.inf
         for result in runner_results:
             if result.error_msg is None and result.run_secs:
-                self.best[task_id] = min(self.best[task_id], record_seconds(result.run_secs) or math.inf)
-        self.history[task_id].append(self.best[task_id])
+                best = min(best, record_seconds(result.run_secs) or math.inf)
+        history.append(best)
 
 
 @derived_object

@@ -208,25 +208,27 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                 for (name, mod, _), logger, rand_state in zip(todo, loggers, ms.utils.fork_seed(seed, n=len(todo)))]
     if cost_model is None:
         cost_model = default_cost_model(target.kind.name)
+    # Each task's records already in the database (one walk), for a resumed model and a resumed scheduler.
+    earlier = _records_by_key(database, keys) if resumed or whole_model else {}
     if resumed:
         # The knob-space strategies train their model on the database's records themselves; evolutionary search's
         # would search a resumed task with a model that forgot them. Made here as tune_tasks would make it.
         if not isinstance(cost_model, ms.CostModel):
             cost_model = ms.CostModel.create(cost_model, num_tuning_cores=contexts[0].num_threads, tree_method="auto")
-        _warm_on_records(cost_model, contexts, keys, database)
+        for context, key in zip(contexts, keys):
+            warm_cost_model(cost_model, context, earlier.get(key, []))
     if check_results or to_check:
         runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner, only=None if check_results else to_check)
     report.failure_log = folder.failures_path
     scheduler = None
     with interruptible(lambda: _resume_hint(folder)):
         if whole_model:
-            scheduler = _latency_share(todo, keys, database, trials_per_iter, minutes, seed)
+            scheduler = _latency_share(todo, keys, earlier, trials_per_iter, minutes, seed)
             failures = FailureLog(report.failure_log, names)
             ms.tune_tasks(
                 task_scheduler=scheduler,
-                measure_callbacks=[StopOnInterrupt(), *ms.measure_callback.MeasureCallback.create("default"),
-                                   scheduler.observer, ProgressLine("  ", names, total=budget, already=spent), failures,
-                                   *([AfterBatch(after_batch)] if after_batch is not None else [])],
+                measure_callbacks=_callbacks(ProgressLine("  ", names, total=budget, already=spent), failures,
+                                             after_batch, scheduler.observer),
                 tasks=contexts, task_weights=[w for _, _, w in todo], work_dir=str(work_dir / "ms_logs"),
                 max_trials_global=remaining, max_trials_per_task=remaining,
                 num_trials_per_iter=min(trials_per_iter, remaining), database=database,
@@ -238,9 +240,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         for budget_left in [] if whole_model else sorted(set(budgets)):
             group = [i for i, b in enumerate(budgets) if b == budget_left]
             failures = FailureLog(report.failure_log, [names[i] for i in group])
-            callbacks = [StopOnInterrupt(), *ms.measure_callback.MeasureCallback.create("default"),
-                         ProgressLine("  ", [names[i] for i in group]), failures,
-                         *([AfterBatch(after_batch)] if after_batch is not None else [])]
+            callbacks = _callbacks(ProgressLine("  ", [names[i] for i in group]), failures, after_batch)
             # Round-robin, not MetaSchedule's default gradient scheduler: both give each task exactly `budget`
             # trials here (the per-task cap sums to the global one), but the gradient scheduler commits no record
             # until every task has had its first batch (on a 75-kernel model, 20 minutes a kill would lose), where
@@ -273,32 +273,35 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
 _UNLIMITED = 1_000_000
 
 
-def _latency_share(todo: Sequence[tuple[str, tvm.IRModule, float]], keys: Sequence[int], database: ms.Database,
-                   trials_per_iter: int, minutes: float | None, seed: int) -> LatencyShare:
-    """The whole-model scheduler for `todo`, its history resumed from the database's records of each task."""
-    best: dict[int, float] = {}
-    count: Counter = Counter()
-    wanted = set(keys)
-    for record in database.get_all_tuning_records():
-        key = tvm_ffi.structural_hash(record.workload.mod)
-        if key in wanted:
-            count[key] += 1
-            seconds = record_seconds(record.run_secs)
-            if seconds is not None:
-                best[key] = min(best.get(key, seconds), seconds)
-    prior = [(best.get(key), -(-count[key] // trials_per_iter)) if count[key] else (None, 0) for key in keys]
+def _latency_share(todo: Sequence[tuple[str, tvm.IRModule, float]], keys: Sequence[int],
+                   earlier: dict[int, list], trials_per_iter: int, minutes: float | None, seed: int) -> LatencyShare:
+    """The whole-model scheduler for `todo`, its history resumed from each task's `earlier` records."""
+    prior: list[tuple[float | None, int]] = []
+    for key in keys:
+        records = earlier.get(key, [])
+        seconds = [s for s in (record_seconds(r.run_secs) for r in records) if s is not None]
+        prior.append((min(seconds) if seconds else None, -(-len(records) // trials_per_iter)))
     deadline = time.monotonic() + 60 * minutes if minutes is not None else None
     return LatencyShare([untuned_seconds(mod) for _, mod, _ in todo], prior, deadline=deadline, seed=seed)
 
 
-def _warm_on_records(model: ms.CostModel, contexts: Sequence[ms.TuneContext], keys: Sequence[int],
-                     database: ms.Database) -> None:
-    """Train `model` on each task's records already in `database` (a resumed run), task by task."""
+def _records_by_key(database: ms.Database, keys: Sequence[int]) -> dict[int, list]:
+    """The database's records of the workloads `keys` (structural hashes), by key."""
+    wanted = set(keys)
     by_key: dict[int, list] = {}
     for record in database.get_all_tuning_records():
-        by_key.setdefault(tvm_ffi.structural_hash(record.workload.mod), []).append(record)
-    for context, key in zip(contexts, keys):
-        warm_cost_model(model, context, by_key.get(key, []))
+        key = tvm_ffi.structural_hash(record.workload.mod)
+        if key in wanted:
+            by_key.setdefault(key, []).append(record)
+    return by_key
+
+
+def _callbacks(progress: ProgressLine, failures: FailureLog, after_batch: Callable[[], object] | None,
+               *extra: ms.MeasureCallback) -> list[ms.MeasureCallback]:
+    """A tuning call's measure callbacks, in order: interrupt check, MetaSchedule's defaults (the batch into the
+    database), `extra`, progress line, failure log, `after_batch` (which then sees the batch's records)."""
+    return [StopOnInterrupt(), *ms.measure_callback.MeasureCallback.create("default"), *extra, progress, failures,
+            *([AfterBatch(after_batch)] if after_batch is not None else [])]
 
 
 def check_local_device(target: tvm.target.Target, runner: ms.Runner | str) -> None:
