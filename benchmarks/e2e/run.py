@@ -36,7 +36,8 @@ from tvm_rl.tune.tasks import check_local_device, tune_model
 
 from . import archive as e2e_archive
 from .budget import BUDGET_ARMS, tune_budget
-from .table import BASELINE_ARM, DEFAULT, ORT, TORCH, format_table, plot, table_rows, variant_key
+from .hf import HF_MODELS, load_model
+from .table import BASELINE_ARM, DEFAULT, INDUCTOR, ORT, TORCH, format_table, plot, table_rows, variant_key
 
 MODELS = ["resnet18", "mobilenet_v2", "bert"]
 # arm -> (search strategy, whether it takes the pre-trained cost model of --cost-model)
@@ -118,19 +119,25 @@ def time_model(model: models.Model, target, databases: dict[str, Any], args, scr
                   f"(max abs error {records[key]['max_abs_err']:.3g})", flush=True)
     device = "cuda" if gpu and torch.cuda.is_available() else "cpu"
     timers[TORCH] = lambda: bench.time_torch(model, device, args.threads)["ms"]
+    if args.inductor:
+        inductor = bench.InductorTimer(model, device, args.threads)
+        timers[INDUCTOR] = inductor
     timers[ORT] = lambda: bench.time_onnxruntime(model, scratch, gpu, args.threads)["ms"]
     print(f"[{model.name}] timing {len(timers)} variants round-robin, {args.passes} passes ...", flush=True)
     timed = interleave(timers, args.passes)
     for key, rec in timed.items():
         records.setdefault(key, {}).update(rec)
     records[TORCH]["device"] = device
+    if args.inductor:
+        records[INDUCTOR].update(device=device, compile_s=inductor.compile_s)
     return {"variants": records, "passes": args.passes, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def _parser(prog: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     p.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a JSON target")
-    p.add_argument("--models", nargs="+", default=MODELS, help=f"zoo models (default: {' '.join(MODELS)})")
+    p.add_argument("--models", nargs="+", default=MODELS,
+                   help=f"zoo models, or {' '.join(HF_MODELS)} (benchmarks/e2e/hf.py) (default: {' '.join(MODELS)})")
     p.add_argument("--size", default="full", choices=models.SIZES)
     p.add_argument("--trials", type=int, nargs="+", default=[32, 64],
                    help="N: trials per kernel, or for the budget-* arms measurements per model (default 32 64)")
@@ -143,6 +150,8 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--op-filter", default=None, help="tune only kernels whose task name contains this (a check)")
     p.add_argument("--passes", type=int, default=5, help="interleaved timing passes over all variants")
     p.add_argument("--budget-s", type=float, default=20.0, help="seconds of TVM timing per variant, all passes")
+    p.add_argument("--inductor", action="store_true",
+                   help="also time torch.compile (Inductor) beside eager; its compile seconds are recorded")
     p.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for PyTorch and ORT")
     p.add_argument("--retime", action="store_true", help="time again even when nothing new was tuned")
     p.add_argument("--discard", nargs="+", default=[], metavar="KEY",
@@ -306,7 +315,7 @@ def _tune_and_time(args, arms: list[str], target, out: Path, state: dict[str, An
                    settings: dict[str, Any]) -> int:
     name_of_target = target.kind.name
     for name in args.models:
-        model = models.load(name, args.size)
+        model = load_model(name, args.size)
         entry = state["models"].setdefault(name, {"runs": {}})
         databases, tuned_now = {}, False
         for trials in sorted(set(args.trials)):
@@ -352,7 +361,8 @@ def _tune_and_time(args, arms: list[str], target, out: Path, state: dict[str, An
                 e2e_archive.add(archive, name, key, Path(run["work_dir"]))
                 databases[key] = str(e2e_archive.database_for(archive, name, key, Path(run["work_dir"])))
         saved = entry.get("timing", {}).get("variants", {})
-        if tuned_now or args.retime or set(saved) != {DEFAULT, TORCH, ORT, *databases}:
+        if tuned_now or args.retime or set(saved) != {DEFAULT, TORCH, ORT, *([INDUCTOR] if args.inductor else []),
+                                                      *databases}:
             load = bench_runs.wait_for_cores(args.load_wait, args.max_load)
             entry["timing"] = time_model(model, target, databases, args, scratch)
             entry["timing"]["load"] = load

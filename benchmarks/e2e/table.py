@@ -6,7 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-DEFAULT, TORCH, ORT = "TVM default", "PyTorch", "ORT"
+DEFAULT, TORCH, INDUCTOR, ORT = "TVM default", "PyTorch", "Inductor", "ORT"
 BASELINE_ARM = "evolutionary"  # MetaSchedule's own search and cost model: what every other arm is held against
 # MetaSchedule as its users run it, at the same whole-model budget: what the budget-* arms are held against
 BUDGET_BASELINE_ARM = "budget-metaschedule"
@@ -28,13 +28,15 @@ def ratio(num: float | None, den: float | None) -> float | None:
 
 
 def table_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
-    """One model's rows: TVM default, each tuned variant, PyTorch, ORT, with speedups over TVM default, over
-    MetaSchedule's evolutionary search at the same N and seed (`vs_evolutionary`, the comparison the benchmark is
-    for), and the tuned build's speed relative to PyTorch and ORT (> 1: faster than they are)."""
+    """One model's rows: TVM default, each tuned variant, PyTorch (eager, then Inductor where timed), ORT, with
+    speedups over TVM default, over MetaSchedule's evolutionary search at the same N and seed (`vs_evolutionary`,
+    the comparison the benchmark is for), and the tuned build's speed relative to PyTorch, Inductor and ORT (> 1:
+    faster than they are)."""
     timed = entry.get("timing", {}).get("variants", {})
     base, ref_torch, ref_ort = (timed.get(k, {}).get("ms") for k in (DEFAULT, TORCH, ORT))
     rows = []
-    for key in [DEFAULT, *entry.get("runs", {}), TORCH, ORT]:
+    references = [TORCH, *([INDUCTOR] if INDUCTOR in timed else []), ORT]
+    for key in [DEFAULT, *entry.get("runs", {}), *references]:
         run, t = entry.get("runs", {}).get(key, {}), timed.get(key, {})
         ms = t.get("ms")
         base_arm = baseline_of(run.get("arm", ""))
@@ -44,8 +46,9 @@ def table_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
                      "speedup": ratio(base, ms), "vs_evolutionary": ratio(evo, ms), "tuning_s": run.get("tuning_s"),
                      "measurements": run.get("measurements"), "correct": t.get("correct"),
                      "interrupted": bool(run.get("interrupted")),
-                     "vs_torch": ratio(ref_torch, ms) if key not in (TORCH, ORT) else None,
-                     "vs_ort": ratio(ref_ort, ms) if key not in (TORCH, ORT) else None})
+                     "vs_torch": ratio(ref_torch, ms) if key not in references else None,
+                     "vs_inductor": ratio(timed.get(INDUCTOR, {}).get("ms"), ms) if key not in references else None,
+                     "vs_ort": ratio(ref_ort, ms) if key not in references else None})
     return rows
 
 
@@ -54,8 +57,9 @@ def format_table(name: str, entry: dict[str, Any], settings: dict[str, Any]) -> 
     def f(v, spec=".2f", suffix=""):
         return "-" if v is None else f"{v:{spec}}{suffix}"
 
+    inductor = INDUCTOR in entry.get("timing", {}).get("variants", {})
     head = (f"{'variant':<26}{'N':>4}{'latency ms':>12}{'vs default':>12}{'vs evo':>8}{'tuning s':>10}"
-            f"{'measured':>10}{'vs PyTorch':>12}{'vs ORT':>9}")
+            f"{'measured':>10}{'vs PyTorch':>12}{'vs Inductor' if inductor else '':>12}{'vs ORT':>9}")
     lines = [f"\n{name} ({settings['size']}, {settings['target_name']}): median ms over "
              f"{entry.get('timing', {}).get('passes', '-')} interleaved passes; 'vs' columns are speedups "
              "(> 1: this build is faster; 'vs evo': over MetaSchedule's evolutionary search at the same N and seed, "
@@ -66,7 +70,8 @@ def format_table(name: str, entry: dict[str, Any], settings: dict[str, Any]) -> 
         lines.append(f"{r['variant']:<26}{f(r['trials'], 'd'):>4}{f(r['ms'], '.3f'):>12}"
                      f"{f(r['speedup'], '.2f', 'x'):>12}{f(r['vs_evolutionary'], '.2f', 'x'):>8}"
                      f"{f(r['tuning_s'], '.0f'):>10}{f(r['measurements'], 'd'):>10}"
-                     f"{f(r['vs_torch'], '.2f', 'x'):>12}{f(r['vs_ort'], '.2f', 'x'):>9}{flag}")
+                     f"{f(r['vs_torch'], '.2f', 'x'):>12}"
+                     f"{f(r['vs_inductor'], '.2f', 'x') if inductor else '':>12}{f(r['vs_ort'], '.2f', 'x'):>9}{flag}")
     tuning = sum(r.get("tuning_s", 0.0) for r in entry.get("runs", {}).values())
     lines.append(f"cost: tuning {tuning:.0f} s, timing {entry.get('timing', {}).get('seconds', 0.0):.0f} s")
     return "\n".join(lines)
@@ -107,4 +112,5 @@ def plot(state: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["BASELINE_ARM", "DEFAULT", "ORT", "TORCH", "format_table", "plot", "ratio", "table_rows", "variant_key"]
+__all__ = ["BASELINE_ARM", "DEFAULT", "INDUCTOR", "ORT", "TORCH", "format_table", "plot", "ratio", "table_rows",
+           "variant_key"]
