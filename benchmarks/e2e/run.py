@@ -283,6 +283,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     arms = resolve_arms(args.arms, args.cost_model)
     if min(args.trials) < 1 or args.seeds < 1 or args.passes < 1:
         raise SystemExit("--trials, --seeds and --passes must be at least 1")
+    unknown = [n for n in args.models if n not in HF_MODELS and n not in models.names()]
+    if unknown:
+        raise SystemExit(f"--models: unknown {', '.join(unknown)}; known: {' '.join([*models.names(), *HF_MODELS])}")
     try:
         target = measure.parse_target(args.target)
         check_local_device(target, "local")  # every candidate is measured here: say so before any set-up
