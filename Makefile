@@ -24,7 +24,7 @@ demo: $(STAMP)
 # long end-to-end tests, which would otherwise queue behind one module on one worker. PYTEST_WORKERS=0 runs serially.
 PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=15 -n $(PYTEST_WORKERS) --dist worksteal tests benchmarks/tests
+	$(PY) -m pytest -q --durations=40 -n $(PYTEST_WORKERS) --dist worksteal tests benchmarks/tests
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) tests benchmarks/tests
