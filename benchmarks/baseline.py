@@ -17,6 +17,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -94,23 +95,52 @@ class InductorTimer:
         return timing.median_ms
 
 
-def time_onnxruntime(model: models.Model, scratch: Path, gpu: bool, threads: int) -> dict:
-    import onnxruntime as ort
+class OrtTimer:
+    """ONNX Runtime on the model's ONNX export: exported and loaded on the first call, timed on every call."""
 
-    path = models.export_onnx(model.torch_module, [torch.from_numpy(x) for x in model.inputs],
-                              scratch / f"{model.name}.onnx")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    providers = ["CUDAExecutionProvider"] if gpu else ["CPUExecutionProvider"]
-    if gpu and "CUDAExecutionProvider" not in ort.get_available_providers():
-        return {"ms": None, "note": "onnxruntime has no CUDA provider here"}
-    session = ort.InferenceSession(str(path), options, providers=providers)
-    feed = dict(zip([i.name for i in session.get_inputs()], model.inputs))
-    start = time.perf_counter()
-    session.run(None, feed)
-    first = time.perf_counter() - start
-    timing = measure.time_callable(lambda: session.run(None, feed), warmup=2, repeat=repeats_for(first, 10))
-    path.unlink(missing_ok=True)
+    def __init__(self, model: models.Model, scratch: Path, gpu: bool, threads: int):
+        self.model, self.scratch, self.gpu, self.threads = model, scratch, gpu, threads
+        self.run: Callable[[], object] | None = None
+        self.note: str | None = None
+
+    def _load(self) -> None:
+        import onnxruntime as ort
+
+        path = models.export_onnx(self.model.torch_module, [torch.from_numpy(x) for x in self.model.inputs],
+                                  self.scratch / f"{self.model.name}.onnx")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        providers = ["CUDAExecutionProvider"] if self.gpu else ["CPUExecutionProvider"]
+        if self.gpu and "CUDAExecutionProvider" not in ort.get_available_providers():
+            self.note = "onnxruntime has no CUDA provider here"
+            return
+        session = ort.InferenceSession(str(path), options, providers=providers)
+        path.unlink(missing_ok=True)
+        feed = dict(zip([i.name for i in session.get_inputs()], self.model.inputs))
+        self.run = lambda: session.run(None, feed)
+
+    def timing(self) -> measure.Timing | None:
+        """One timing (None where ORT cannot run here: `note` says why)."""
+        if self.run is None and self.note is None:
+            self._load()
+        if self.run is None:
+            return None
+        run = self.run
+        start = time.perf_counter()
+        run()
+        first = time.perf_counter() - start
+        return measure.time_callable(run, warmup=2, repeat=repeats_for(first, 10))
+
+    def __call__(self) -> float | None:
+        timing = self.timing()
+        return None if timing is None else timing.median_ms
+
+
+def time_onnxruntime(model: models.Model, scratch: Path, gpu: bool, threads: int) -> dict:
+    timer = OrtTimer(model, scratch, gpu, threads)
+    timing = timer.timing()
+    if timing is None:
+        return {"ms": None, "note": timer.note}
     return {"ms": timing.median_ms, "timing": timing.as_dict()}
 
 

@@ -88,6 +88,13 @@ def interleave(timers: dict[str, Callable[[], float | None]], passes: int) -> di
             for k, v in samples.items()}
 
 
+def timing_plan(first_s: float, per_pass_s: float) -> tuple[int, int]:
+    """(repeat, warmup) per pass for a build whose first run took `first_s`. One that takes longer than a pass's
+    budget (the naive loops of a large model run for seconds to minutes) is timed by one run per pass with no
+    warm-up (the check's run was one); the median over passes still applies."""
+    return (1, 0) if first_s > per_pass_s else (bench.repeats_for(first_s, per_pass_s), 1)
+
+
 def _tvm_variant(mod, target, inputs, reference, database, passes: int, budget_s: float) -> tuple[dict, Callable]:
     """Build, check against `reference` (`measure.tolerance`) and return the record and a per-pass timer."""
     start = time.perf_counter()
@@ -98,9 +105,9 @@ def _tvm_variant(mod, target, inputs, reference, database, passes: int, budget_s
     build_s = time.perf_counter() - start
     start = time.perf_counter()
     check = measure.compare(runner(inputs), reference, rtol=1e-3, atol=measure.tolerance(reference))
-    repeat = bench.repeats_for(time.perf_counter() - start, budget_s / passes)
+    repeat, warmup = timing_plan(time.perf_counter() - start, budget_s / passes)
     return ({"build_s": round(build_s, 2), "correct": check.ok, "max_abs_err": check.max_abs_err, "repeat": repeat},
-            lambda: runner.time(inputs, warmup=1, repeat=repeat).median_ms)
+            lambda: runner.time(inputs, warmup=warmup, repeat=repeat).median_ms)
 
 
 def time_model(model: models.Model, target, databases: dict[str, Any], args, scratch: Path) -> dict[str, Any]:
@@ -122,7 +129,7 @@ def time_model(model: models.Model, target, databases: dict[str, Any], args, scr
     if args.inductor:
         inductor = bench.InductorTimer(model, device, args.threads)
         timers[INDUCTOR] = inductor
-    timers[ORT] = lambda: bench.time_onnxruntime(model, scratch, gpu, args.threads)["ms"]
+    timers[ORT] = bench.OrtTimer(model, scratch, gpu, args.threads)
     print(f"[{model.name}] timing {len(timers)} variants round-robin, {args.passes} passes ...", flush=True)
     timed = interleave(timers, args.passes)
     for key, rec in timed.items():

@@ -36,6 +36,12 @@ def test_without_inductor_the_table_keeps_its_columns():
     assert [r["variant"] for r in e2e.table_rows(entry(None))][-2:] == ["PyTorch", "ORT"]
 
 
+def test_a_build_slower_than_a_pass_budget_is_timed_once_per_pass():
+    assert e2e.timing_plan(30.0, 4.0) == (1, 0)  # naive loops of a large model: one run a pass
+    assert e2e.timing_plan(0.5, 4.0) == (8, 1)
+    assert e2e.timing_plan(1e-4, 4.0) == (30, 1)
+
+
 def test_hf_models_load_by_name_beside_the_zoo_and_match_pytorch():
     pytest.importorskip("transformers")
     m = hf.load_model("hf-llama-block", "tiny")
