@@ -3,6 +3,7 @@ import math
 from types import SimpleNamespace
 
 import pytest
+import tvm
 import tvm_ffi
 
 from tests.support.kernels import matmul
@@ -62,6 +63,18 @@ def test_a_resumed_run_starts_from_the_database_history():
 
 def test_the_untuned_estimate_grows_with_the_work():
     assert untuned_seconds(matmul(64)) > 8 * untuned_seconds(matmul(16))
+
+
+def test_a_kernel_that_only_moves_data_is_estimated_by_its_bytes():
+    """A copy has no FLOPs; its 8 MB read and written (at NAIVE_BYTES) are its estimate, not the 1e-9 floor."""
+    from tvm import te
+
+    from tvm_rl.tune.task_scheduler import NAIVE_BYTES
+
+    a = te.placeholder((1024, 1024), name="A")
+    b = te.compute((1024, 1024), lambda i, j: a[i, j], name="B")
+    copy = tvm.IRModule({"main": te.create_prim_func([a, b])})
+    assert untuned_seconds(copy) == pytest.approx(2 * 1024 * 1024 * 4 / NAIVE_BYTES)
 
 
 def test_a_negative_budget_is_refused(cpu, tmp_path):

@@ -36,9 +36,10 @@ NAIVE_BYTES = 2e9
 
 
 def untuned_seconds(mod: tvm.IRModule) -> float:
-    """A rough latency of a kernel built untuned: the slower of its FLOPs at NAIVE_FLOPS and its buffers at
-    NAIVE_BYTES."""
+    """A rough latency of a kernel built untuned: the slower of its FLOPs at NAIVE_FLOPS and its buffers (what it
+    reads and writes) at NAIVE_BYTES."""
     from tvm.s_tir.analysis import estimate_tir_flops
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     try:
         flops = float(estimate_tir_flops(mod))
@@ -46,9 +47,9 @@ def untuned_seconds(mod: tvm.IRModule) -> float:
         flops = 0.0
     nbytes = 0
     for func in mod.functions.values():
-        for buffer in getattr(func, "buffer_map", {}).values():
-            size = math.prod(int(d) if isinstance(d, (int, tvm.tirx.IntImm)) else 1 for d in buffer.shape)
-            nbytes += size * tvm.runtime.DataType(buffer.dtype).bits // 8
+        for info in ArgInfo.from_prim_func(func):
+            size = math.prod(int(d) if isinstance(d, (int, tvm.tirx.IntImm)) else 1 for d in info.shape)
+            nbytes += size * tvm.runtime.DataType(str(info.dtype)).bits // 8
     return max(flops / NAIVE_FLOPS, nbytes / NAIVE_BYTES, 1e-9)
 
 
