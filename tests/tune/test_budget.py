@@ -7,6 +7,7 @@ import tvm
 import tvm_ffi
 
 from tests.support.kernels import matmul
+from tvm_rl.database import TuningDatabase
 from tvm_rl.errors import TvmRlError
 from tvm_rl.tune import tune_workloads
 from tvm_rl.tune.task_scheduler import LatencyShare, untuned_seconds
@@ -100,10 +101,30 @@ def test_a_budget_goes_to_the_heavy_kernel_batch_by_batch_and_resumes(cpu, tmp_p
     assert seen == [2, 4]  # each batch is in the database file before the next is chosen
     database, report = tune_workloads(workloads, cpu, tmp_path, budget=4, **quick)
     assert report.measured == 0  # the budget is spent: a rerun measures nothing
-    database, report = tune_workloads(workloads, cpu, tmp_path, budget=6, **quick)
-    assert report.measured == 2  # a larger budget adds the difference
+    database, report = tune_workloads(workloads, cpu, tmp_path, budget=7, **quick)
+    assert report.measured == 3  # a larger budget adds the difference: a batch of 2, then one cut to the last 1
     counts = records_per_workload(database)
-    assert counts[tvm_ffi.structural_hash(heavy)] == 6 and counts.get(tvm_ffi.structural_hash(light), 0) == 0
+    assert counts[tvm_ffi.structural_hash(heavy)] == 7 and counts.get(tvm_ffi.structural_hash(light), 0) == 0
+    assert not TuningDatabase(tmp_path).read_exhausted()  # a cut batch is not a space that ran out
+
+
+def test_the_batch_that_reaches_the_budget_is_cut_to_what_is_left():
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_rl.tune.search_strategy.budget_cap import BudgetCap
+
+    sch = tvm.s_tir.Schedule(matmul(8))
+    batch = [ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])) for _ in range(4)]
+    notified = []
+    inner = SimpleNamespace(generate_measure_candidates=lambda: batch,
+                            notify_runner_results=lambda c, r: notified.append(len(r)))
+    left = [6]
+    cap = BudgetCap(inner, left)
+    assert len(cap.generate_measure_candidates()) == 4
+    cap.notify_runner_results(batch, [ms.runner.RunnerResult(run_secs=[1e-3], error_msg=None)] * 4)
+    assert len(cap.generate_measure_candidates()) == 2 and left == [2] and notified == [4]
+    inner.generate_measure_candidates = lambda: None
+    assert cap.generate_measure_candidates() is None  # the inner strategy's end passes through
 
 
 def test_the_cli_takes_a_budget(monkeypatch):

@@ -28,6 +28,7 @@ from .design_space import guarded, space_generator
 from .intrin import preload_tensor_intrinsics
 from .measure_callback import AfterBatch, ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
+from .search_strategy.budget_cap import BudgetCap
 from .search_strategy.exhaustion import StopWhenExhausted
 from .search_strategy.skip_measured import SkipMeasured
 from .task_scheduler import LatencyShare, untuned_seconds
@@ -195,6 +196,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         # out ends (StopWhenExhausted).
         strategy = StopWhenExhausted(SkipMeasured(strategy))
         resumed = any(done.get(key, 0) for key in keys)
+    if budget is not None:
+        strategy = BudgetCap(strategy, [remaining])  # the batch that reaches the budget is cut to what is left
     names = [name for name, _, _ in todo]
     # Kernels whose layout rewrite breaks every build (fused attention) are tuned without it only where their
     # candidates can be checked, since some of those schedules compute wrong results (`design_space`).
