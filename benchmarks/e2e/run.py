@@ -32,7 +32,7 @@ from tvm_rl import measure, models
 from tvm_rl.database import RECORDS, TuningDatabase
 from tvm_rl.errors import TargetError, TvmRlError, exit_code
 from tvm_rl.tune.cost_model import from_spec
-from tvm_rl.tune.tasks import check_local_device, tune_model
+from tvm_rl.tune.tasks import check_local_device, records_per_workload, tune_model
 
 from . import archive as e2e_archive
 from .budget import BUDGET_ARMS, tune_budget
@@ -251,7 +251,9 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
             on_interrupt(entry)
         raise
     entry.pop("interrupted", None)
-    entry.update(kernels=report.tasks, tuned_kernels=len(report.tuned) + len(report.skipped))
+    # Kernels with measured records, from the database: a budget run's report names every kernel it could have
+    # tuned, and a resumed run with nothing left to tune names none.
+    entry.update(kernels=report.tasks, tuned_kernels=len(records_per_workload(database)))
     if report.tuned:
         add_sitting(report.seconds)
         entry["failures"] += sum(report.failures.values())
