@@ -53,16 +53,26 @@ def time_tvm(mod, target, inputs, reference, database: DatabaseLike = None, budg
             "max_abs_err": check.max_abs_err, "correct": check.ok}
 
 
-def time_torch(model: models.Model, device: str, threads: int) -> dict:
+def _time_after_first_run(fn: Callable[[], object], sync: Callable[[], object] | None = None) -> measure.Timing:
+    """`fn` run once (its seconds set how many repeats fit in 10 s), then timed."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    return measure.time_callable(fn, warmup=2, repeat=repeats_for(first, 10), sync=sync)
+
+
+def _torch_call(model: models.Model, device: str, threads: int):
+    """The model's module on `device`, its inputs there, and the device's sync (None on the CPU)."""
     torch.set_num_threads(threads)
     module = model.torch_module.to(device)
     args = [torch.from_numpy(x).to(device) for x in model.inputs]
-    sync = torch.cuda.synchronize if device == "cuda" else None
+    return module, args, torch.cuda.synchronize if device == "cuda" else None
+
+
+def time_torch(model: models.Model, device: str, threads: int) -> dict:
+    module, args, sync = _torch_call(model, device, threads)
     with torch.no_grad():
-        start = time.perf_counter()
-        module(*args)
-        first = time.perf_counter() - start
-        timing = measure.time_callable(lambda: module(*args), warmup=2, repeat=repeats_for(first, 10), sync=sync)
+        timing = _time_after_first_run(lambda: module(*args), sync)
     model.torch_module.to("cpu")
     return {"ms": timing.median_ms, "timing": timing.as_dict()}
 
@@ -77,22 +87,15 @@ class InductorTimer:
         self.compile_s: float | None = None
 
     def __call__(self) -> float:
-        torch.set_num_threads(self.threads)
-        module = self.model.torch_module.to(self.device)
-        args = [torch.from_numpy(x).to(self.device) for x in self.model.inputs]
-        sync = torch.cuda.synchronize if self.device == "cuda" else None
+        module, args, sync = _torch_call(self.model, self.device, self.threads)
         with torch.no_grad():
             if self.compiled is None:
                 start = time.perf_counter()
                 self.compiled = torch.compile(module)
                 self.compiled(*args)
                 self.compile_s = round(time.perf_counter() - start, 1)
-            start = time.perf_counter()
-            self.compiled(*args)
-            first = time.perf_counter() - start
-            timing = measure.time_callable(lambda: self.compiled(*args), warmup=2, repeat=repeats_for(first, 10),
-                                           sync=sync)
-        return timing.median_ms
+            compiled = self.compiled
+            return _time_after_first_run(lambda: compiled(*args), sync).median_ms
 
 
 class OrtTimer:
@@ -123,13 +126,7 @@ class OrtTimer:
         """One timing (None where ORT cannot run here: `note` says why)."""
         if self.run is None and self.note is None:
             self._load()
-        if self.run is None:
-            return None
-        run = self.run
-        start = time.perf_counter()
-        run()
-        first = time.perf_counter() - start
-        return measure.time_callable(run, warmup=2, repeat=repeats_for(first, 10))
+        return None if self.run is None else _time_after_first_run(self.run)
 
     def __call__(self) -> float | None:
         timing = self.timing()

@@ -22,6 +22,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_rl import measure
 from tvm_rl.database import TuningDatabase, record_seconds
+from tvm_rl.graph.profiles import arg_shapes
 from tvm_rl.tune.tasks import shared_builder
 
 
@@ -49,8 +50,9 @@ def remeasure(records, target, repeats: int) -> list[list[float]]:
         built = builder.build([ms.builder.BuilderInput(sch.mod, target)])[0]
         if built.error_msg:
             raise SystemExit(f"building a best record again failed: {built.error_msg}")
-        inputs.append(ms.runner.RunnerInput(built.artifact_path, target.kind.name if target.kind.name != "llvm"
-                                            else "cpu", ms.arg_info.ArgInfo.from_entry_func(sch.mod)))
+        device_type = "cpu" if target.kind.name == "llvm" else target.kind.name  # as measure.device_for does
+        inputs.append(ms.runner.RunnerInput(built.artifact_path, device_type,
+                                            ms.arg_info.ArgInfo.from_entry_func(sch.mod)))
     times: list[list[float]] = [[] for _ in records]
     for _ in range(repeats):
         for i, inp in enumerate(inputs):
@@ -73,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"{'kernel arguments':<52}{'recorded ms':>12}{'now ms (median)':>17}{'now / recorded':>16}")
     for record, seconds in zip(records, times):
-        shapes = [tuple(int(d) for d in info.shape) for info in ms.arg_info.ArgInfo.from_prim_func(
-            next(iter(record.workload.mod.functions.values())))]
+        shapes = arg_shapes(next(iter(record.workload.mod.functions.values())))
         recorded, now = record_seconds(record.run_secs) * 1e3, statistics.median(seconds) * 1e3
         rows.append({"args": shapes, "recorded_ms": recorded, "now_ms": [s * 1e3 for s in seconds]})
         print(f"{str(shapes):<52}{recorded:>12.2f}{now:>17.2f}{now / recorded:>15.2f}x")
