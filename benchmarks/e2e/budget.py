@@ -7,6 +7,9 @@
   gradient task scheduler, evolutionary search, XGBModel, its own space generator, batches of 64), built by
   tvm-rl's PersistentBuilder, since MetaSchedule's LocalBuilder can time out on every candidate of a small CPU
   (docs/tuner.md, measurement notes): the builder decides whether a candidate builds, not which are proposed.
+- `budget-ms-droplet` / `budget-ours-droplet`: `budget-metaschedule` / `budget-ours` with the last DROPLET_SHARE
+  of N spent by TVM's Droplet Search from each kernel's best (`droplet.droplet_stage`), as MetaSchedule's
+  `post_optimization` does but inside the same budget.
 
 A rerun resumes each with what is left of N (records already in its folder count as spent).
 """
@@ -24,11 +27,16 @@ from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.measure_callback import AfterBatch
 from tvm_rl.tune.tasks import TuneReport, extract_tasks, records_per_workload, shared_builder, tune_model
 
+from .droplet import droplet_stage
+
 # arm -> (search strategy, whether it takes the pre-trained cost model, how N is spread)
 BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-even": ("evolutionary", True, "even"),
-               "budget-metaschedule": ("evolutionary", False, "metaschedule")}
+               "budget-metaschedule": ("evolutionary", False, "metaschedule"),
+               "budget-ms-droplet": ("evolutionary", False, "metaschedule+droplet"),
+               "budget-ours-droplet": ("evolutionary", True, "latency-share+droplet")}
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
+DROPLET_SHARE = 0.25  # of a budget-*-droplet arm's N, left to Droplet after the first stage
 
 
 def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, trials_per_iter: int, cost_model,
@@ -36,6 +44,16 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
                 after_batch: Callable[[], object] | None):
     """Tune `mod`'s kernels into `folder` as budget arm `arm` does, `budget` measurements in all; (database, report)."""
     strategy, _, allocation = BUDGET_ARMS[arm]
+    if allocation.endswith("+droplet"):
+        first = budget - int(budget * DROPLET_SHARE)
+        stage = {"metaschedule+droplet": "budget-metaschedule", "latency-share+droplet": "budget-ours"}[allocation]
+        database, report = tune_budget(stage, mod, target, folder, first, seed, trials_per_iter, cost_model,
+                                       op_filter, before_tuning, after_batch)
+        late = droplet_stage(mod, target, folder, budget, op_filter, after_batch)
+        report.measured += late.measured
+        report.seconds += late.seconds
+        report.trials = max(report.trials, 0) + late.trials
+        return database, report
     common = dict(trials_per_iter=trials_per_iter, strategy=strategy, seed=seed, op_filter=op_filter,
                   cost_model=cost_model, before_tuning=before_tuning, after_batch=after_batch)
     if allocation == "latency-share":
