@@ -53,6 +53,13 @@ def _plain(obj):
     return obj.value  # IntImm / FloatImm
 
 
+def record_json(record: ms.database.TuningRecord) -> list:
+    """The record's JSON form as TVM's Droplet reads it, its trace without post-processing (a layout rewrite's
+    IndexMap has no JSON form in Python; Droplet drops those steps, and `_MeasuredSpace` applies them again)."""
+    return [_plain(record.trace.as_json(remove_postproc=True)), [float(s) for s in record.run_secs],
+            _plain(record.target.export()), [_plain(a.as_json()) for a in record.args_info]]
+
+
 class _MeasuredSpace(Space):
     """TVM's Droplet space, measuring each batch as the tuning does and committing it to `database`."""
 
@@ -87,7 +94,7 @@ class _MeasuredSpace(Space):
         for (i, sch), b in zip(schedules, built):
             if b.error_msg is None:
                 inputs.append(ms.runner.RunnerInput(b.artifact_path, self.dev,
-                                                    ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])))
+                                                    ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
                 ok.append((i, sch, b))
             else:
                 self._commit(sch, None)
@@ -102,7 +109,7 @@ class _MeasuredSpace(Space):
 
     def _commit(self, sch: Schedule, secs: list[float] | None) -> None:
         """The candidate's record, with MetaSchedule's failure time when it did not build or run."""
-        args = ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])
+        args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
         self.database.commit_tuning_record(ms.database.TuningRecord(
             sch.trace, self.workload, secs if secs else [FAILED_SECONDS], self.target, args))
         self.measured += 1
@@ -113,7 +120,7 @@ class _Droplet(Droplet):
 
     def __init__(self, record: ms.database.TuningRecord, target: tvm.target.Target, database: ms.Database,
                  builder: ms.Builder, runner: ms.Runner, log: str):
-        data = [0, _plain(record.as_json())]
+        data = [0, record_json(record)]
         super().__init__(data, _plain(record.workload.as_json()), target, log)
         self.space = _MeasuredSpace(data, record.workload, target, database, builder, runner)
 
