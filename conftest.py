@@ -12,6 +12,12 @@ _TOPHUB = Path(__file__).resolve().parents[1] / "shared" / "tophub"
 if _TOPHUB.is_dir():
     os.environ.setdefault("TVM_RL_TOPHUB_DIR", str(_TOPHUB))
 
+# Evolutionary search rates its whole population (512) every batch, about 35 s a kernel on two cores even at 2
+# trials: most of the suite's tuning tests' time, which test what a run records, resumes and reports, not how good
+# its schedules are. The suite runs them with 64 (subprocesses and tutorials inherit it);
+# tests/tune/test_pretrained.py tunes at the default, and test_population.py holds the default to 512.
+os.environ.setdefault("TVM_RL_POPULATION", "64")
+
 # The first MetaSchedule TuneContext in a process imports TVM's tensorize intrinsics: about a minute on two busy
 # cores the plain way, seconds through the package's own loader. Loaded once here, so whichever test makes the
 # first TuneContext directly does not pay the minute.

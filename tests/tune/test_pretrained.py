@@ -316,10 +316,12 @@ def test_tune_takes_a_model_file(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_evolutionary_search_with_the_pretrained_model(tmp_path, corpus, cpu):
-    """tune_workloads measures with it from the first round and refines it on every batch."""
+def test_evolutionary_search_with_the_pretrained_model(tmp_path, corpus, cpu, monkeypatch):
+    """tune_workloads measures with it from the first round and refines it on every batch (at the default
+    population, which the rest of the suite lowers: conftest.py)."""
     from tvm_rl.tune import tune_workloads
 
+    monkeypatch.delenv("TVM_RL_POPULATION", raising=False)
     path, _ = T.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
     model = cost_model.create("xgb-pretrained", path=path)
     _, report = tune_workloads([("mm24", matmul(24), 1.0)], cpu, tmp_path / "db", trials_per_kernel=4,
