@@ -25,6 +25,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm_rl.database import TuningDatabase
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.measure_callback import AfterBatch
+from tvm_rl.tune.search_strategy.budget_cap import BudgetCap
 from tvm_rl.tune.tasks import TuneReport, extract_tasks, records_per_workload, shared_builder, tune_model
 
 from .droplet import droplet_stage
@@ -46,10 +47,14 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
     strategy, _, allocation = BUDGET_ARMS[arm]
     if allocation.endswith("+droplet"):
         first = budget - int(budget * DROPLET_SHARE)
-        stage = {"metaschedule+droplet": "budget-metaschedule", "latency-share+droplet": "budget-ours"}[allocation]
-        database, report = tune_budget(stage, mod, target, folder, first, seed, trials_per_iter, cost_model,
-                                       op_filter, before_tuning, after_batch)
-        late = droplet_stage(mod, target, folder, budget, op_filter, after_batch)
+        if allocation.startswith("metaschedule"):
+            # Its batches of 64 would overshoot `first` (96 -> 128) and leave Droplet nothing: cut there.
+            database, report = tune_like_metaschedule(mod, target, folder, first, seed, op_filter, before_tuning,
+                                                      after_batch, cap=True)
+        else:
+            database, report = tune_budget("budget-ours", mod, target, folder, first, seed, trials_per_iter,
+                                           cost_model, op_filter, before_tuning, after_batch)
+        late = droplet_stage(mod, target, database, budget, op_filter, after_batch)
         report.measured += late.measured
         report.seconds += late.seconds
         report.trials = max(report.trials, 0) + late.trials
@@ -66,9 +71,10 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
 
 def tune_like_metaschedule(mod, target, folder: Path, budget: int, seed: int, op_filter: str | None = None,
                            before_tuning: Callable[[], None] | None = None,
-                           after_batch: Callable[[], object] | None = None):
+                           after_batch: Callable[[], object] | None = None, cap: bool = False):
     """`ms.tune_tasks` with `tune_relax`'s defaults on the kernels `measure.build` looks up (`extract_tasks`), into
-    `folder`'s database; what the folder already holds of them counts against `budget`. (database, report)."""
+    `folder`'s database; what the folder already holds of them counts against `budget`, which its last batch of
+    64 overshoots unless `cap` cuts it (`BudgetCap`). (database, report)."""
     tuning = TuningDatabase(folder)
     database = tuning.open()
     tasks = [t for t in extract_tasks(mod, target) if not op_filter or op_filter in t.task_name]
@@ -82,8 +88,9 @@ def tune_like_metaschedule(mod, target, folder: Path, budget: int, seed: int, op
         before_tuning()
     start = time.perf_counter()
     preload_tensor_intrinsics()
+    strategy = BudgetCap(ms.search_strategy.EvolutionarySearch(), [remaining]) if cap else "evolutionary"
     contexts = [ms.TuneContext(mod=t.dispatched[0], target=target, space_generator="post-order-apply",
-                               search_strategy="evolutionary", task_name=t.task_name, rand_state=rand_state,
+                               search_strategy=strategy, task_name=t.task_name, rand_state=rand_state,
                                num_threads="physical").clone()
                 for t, rand_state in zip(tasks, ms.utils.fork_seed(seed, n=len(tasks)))]
     callbacks = [*ms.measure_callback.MeasureCallback.create("default"),

@@ -34,7 +34,7 @@ from tvm.s_tir.meta_schedule.post_optimization.droplet import Droplet
 from tvm.s_tir.meta_schedule.post_optimization.space import Space
 from tvm.s_tir.meta_schedule.utils import remove_build_dir
 
-from tvm_rl.database import FAILED_SECONDS, TuningDatabase, record_seconds
+from tvm_rl.database import FAILED_SECONDS, record_seconds
 from tvm_rl.tune.design_space import space_generator
 from tvm_rl.tune.tasks import TuneReport, extract_tasks, records_per_workload, shared_builder
 
@@ -137,11 +137,11 @@ def shares(weights: list[float], total: int) -> list[int]:
     return out
 
 
-def droplet_stage(mod: tvm.IRModule, target: tvm.target.Target, folder: Path, budget: int,
+def droplet_stage(mod: tvm.IRModule, target: tvm.target.Target, database: ms.Database, budget: int,
                   op_filter: str | None = None, after_batch: Callable[[], object] | None = None) -> TuneReport:
-    """Spend what is left of `budget` (the folder's records of `mod`'s kernels count as spent) on Droplet from each
-    kernel's best record, the kernels with the most model time first; unused measurements pass to the next."""
-    database = TuningDatabase(folder).open()
+    """Spend what is left of `budget` (`database`'s records of `mod`'s kernels count as spent; the run's database,
+    open) on Droplet from each kernel's best record, the kernels with the most model time first; unused
+    measurements pass to the next."""
     tasks = [t for t in extract_tasks(mod, target) if not op_filter or op_filter in t.task_name]
     report = TuneReport(tasks=len(tasks))
     done = records_per_workload(database)

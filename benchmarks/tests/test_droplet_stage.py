@@ -36,10 +36,9 @@ def _matmul():
 @pytest.mark.slow
 def test_droplet_walks_from_the_best_record_within_the_budget_and_its_schedules_compute_the_matmul(tmp_path):
     mod, target = _matmul(), host_cpu_target()
-    tune_model(mod, target, tmp_path, trials_per_kernel=2, trials_per_iter=2, strategy="random")
+    database, _ = tune_model(mod, target, tmp_path, trials_per_kernel=2, trials_per_iter=2, strategy="random")
     key = tvm_ffi.structural_hash(extract_tasks(mod, target)[0].dispatched[0])
-    report = droplet_stage(mod, target, tmp_path, budget=10)
-    database = TuningDatabase(tmp_path).open()
+    report = droplet_stage(mod, target, database, budget=10)
     count = records_per_workload(database)[key]
     assert 1 <= report.measured <= 8 and count == 2 + report.measured
     records = database.get_all_tuning_records()
@@ -50,4 +49,4 @@ def test_droplet_walks_from_the_best_record_within_the_budget_and_its_schedules_
     out = measure.Runner(measure.build(mod, target, database=database), target)([x])
     np.testing.assert_allclose(out[0], x @ WEIGHT, rtol=1e-4, atol=1e-4)
     # Spent: a rerun at the same budget measures nothing.
-    assert droplet_stage(mod, target, tmp_path, budget=count).measured == 0
+    assert droplet_stage(mod, target, TuningDatabase(tmp_path).open(), budget=count).measured == 0  # from its files

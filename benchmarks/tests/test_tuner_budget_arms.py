@@ -43,9 +43,7 @@ def _two_matmuls() -> tvm.IRModule:
 def test_each_budget_arm_spends_its_budget_and_a_rerun_spends_nothing(tmp_path):
     mod, target = _two_matmuls(), host_cpu_target()
     keys = {tvm_ffi.structural_hash(t.dispatched[0]) for t in extract_tasks(mod, target)}
-    # budget-ms-droplet is budget-ours-droplet's composition on MetaSchedule's first stage (both tested here and in
-    # test_droplet_stage.py); running it too would add a minute.
-    for arm in [a for a in BUDGET_ARMS if a != "budget-ms-droplet"]:
+    for arm in BUDGET_ARMS:
         folder = tmp_path / arm
         database, report = tune_budget(arm, mod, target, folder, 4, 0, 2, "xgb", None, None, None)
         assert 4 <= report.measured <= 5, (arm, report)  # a batch may overshoot
