@@ -57,7 +57,7 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
         late = droplet_stage(mod, target, database, budget, op_filter, after_batch)
         report.measured += late.measured
         report.seconds += late.seconds
-        report.trials = max(report.trials, 0) + late.trials
+        report.trials += late.trials
         return database, report
     common = dict(trials_per_iter=trials_per_iter, strategy=strategy, seed=seed, op_filter=op_filter,
                   cost_model=cost_model, before_tuning=before_tuning, after_batch=after_batch)

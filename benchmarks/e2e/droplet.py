@@ -92,24 +92,23 @@ class _MeasuredSpace(Space):
         built = self.builder.build([ms.builder.BuilderInput(sch.mod, self.target) for _, sch in schedules])
         inputs, ok = [], []
         for (i, sch), b in zip(schedules, built):
+            args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)  # as MetaSchedule measures
             if b.error_msg is None:
-                inputs.append(ms.runner.RunnerInput(b.artifact_path, self.dev,
-                                                    ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)))
-                ok.append((i, sch, b))
+                inputs.append(ms.runner.RunnerInput(b.artifact_path, self.dev, args))
+                ok.append((i, sch, args, b))
             else:
-                self._commit(sch, None)
-        for (i, sch, b), future in zip(ok, self.runner.run(inputs)):
+                self._commit(sch, args, None)
+        for (i, sch, args, b), future in zip(ok, self.runner.run(inputs)):
             result = future.result()
             secs = None if result.error_msg else [float(v) for v in result.run_secs]
-            self._commit(sch, secs)
+            self._commit(sch, args, secs)
             remove_build_dir(b.artifact_path)
             if secs:
                 results[i] = secs
         return results
 
-    def _commit(self, sch: Schedule, secs: list[float] | None) -> None:
+    def _commit(self, sch: Schedule, args: list, secs: list[float] | None) -> None:
         """The candidate's record, with MetaSchedule's failure time when it did not build or run."""
-        args = ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)
         self.database.commit_tuning_record(ms.database.TuningRecord(
             sch.trace, self.workload, secs if secs else [FAILED_SECONDS], self.target, args))
         self.measured += 1
@@ -149,8 +148,9 @@ def droplet_stage(mod: tvm.IRModule, target: tvm.target.Target, database: ms.Dat
     left = budget - before
     ranked = []
     for task in tasks:
-        workload = database.commit_workload(task.dispatched[0])
-        top = database.get_top_k(workload, 1)
+        if not database.has_workload(task.dispatched[0]):  # never measured: nothing to start from
+            continue
+        top = database.get_top_k(database.commit_workload(task.dispatched[0]), 1)
         seconds = record_seconds(top[0].run_secs) if top else None
         if seconds is not None:
             ranked.append((float(task.weight) * seconds, task.task_name, top[0]))
