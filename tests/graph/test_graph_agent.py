@@ -471,7 +471,10 @@ def test_shipped_policy_keeps_every_tiny_zoo_model_equivalent(cpu):
     policy = GraphActorCritic.load()
     for name in models.names():
         m = models.load(name, "tiny")
-        rewrite = RLRewritePass(target=cpu, policy=policy, max_steps=4, confirm=False)
+        # The greedy episode and one sampled, whatever the machine's speed (the default 10 s budget would decide
+        # how many episodes run).
+        rewrite = RLRewritePass(target=cpu, policy=policy, max_steps=4, episodes=2, time_budget_s=None,
+                                confirm=False)
         out = rewrite(m.mod)
         comparison = compare_variants(m.mod, {"rl": out}, rtol=1e-3, atol=1e-3)
         assert all(c.ok for c in comparison.values()), (name, rewrite.last_report.applied)
