@@ -103,7 +103,7 @@ def test_a_search_past_its_deadline_stops_with_the_best_graph_so_far(name):
         return inner(mod)
 
     model = models.load("squeezenet1_1", "tiny")
-    run = search.pass_search(name if name == "greedy" else "backtracking-50")
+    run = search.pass_search(name if name == "greedy" else "backtracking-20")
     full = run(model.mod, slow_cost, search.all_rules(), 24, None)
     assert full.expansions > 1 and full.applied
     stopped = run(model.mod, slow_cost, search.all_rules(), 24, time.perf_counter())
