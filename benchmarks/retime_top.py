@@ -23,6 +23,7 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
 from benchmarks.remeasure_best import remeasure
+from benchmarks.stage_ablation import time_builds
 from tvm_rl import measure, models
 from tvm_rl.database import TuningDatabase, record_seconds
 
@@ -86,13 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kernel {key}: recorded best {rows[0]['recorded_ms']:.3f} ms, re-measured "
                   + ", ".join(f"{r['median_ms']:.3f}" for r in rows)
                   + f" -> record {rows.index(chosen) + 1} of {len(rows)}")
-        runners = {name: measure.Runner(measure.build(model.mod, target, db), target)
-                   for name, db in (("as tuned", tuned), ("re-measured", TuningDatabase(Path(scratch) / "retimed")
-                                                          .open()))}
-        reference = model.reference_outputs()
-        for runner in runners.values():
-            measure.assert_close(runner(model.inputs), reference, rtol=1e-3, atol=1e-3)
-        timings = measure.time_interleaved(runners, model.inputs, repeat=args.repeat)
+        timings = time_builds(model, target, {"as tuned": tuned, "re-measured": TuningDatabase(
+            Path(scratch) / "retimed").open()}, args.repeat)
     rows = {name: round(t.median_ms, 3) for name, t in timings.items()}
     ratio = rows["as tuned"] / rows["re-measured"]
     print(f"{args.model} ({args.size}): as tuned {rows['as tuned']:.2f} ms, by re-measured median "

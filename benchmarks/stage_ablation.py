@@ -16,6 +16,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tvm_rl import measure, models
 from tvm_rl.database import RECORDS, WORKLOADS, TuningDatabase
@@ -31,6 +32,16 @@ def first_records(folder: Path, n: int, out: Path) -> TuningDatabase:
                 break
             dst.write(line)
     return TuningDatabase(out)
+
+
+def time_builds(model: models.Model, target, databases: dict[str, Any], repeat: int) -> dict[str, measure.Timing]:
+    """`model` built with each database (a folder or an opened one), each checked against the model's reference
+    outputs, then timed in `repeat` interleaved rounds."""
+    runners = {name: measure.Runner(measure.build(model.mod, target, db), target) for name, db in databases.items()}
+    reference = model.reference_outputs()
+    for runner in runners.values():
+        measure.assert_close(runner(model.inputs), reference, rtol=1e-3, atol=1e-3)
+    return measure.time_interleaved(runners, model.inputs, repeat=repeat)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,12 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         first = first_records(args.work_dir, args.first, Path(scratch) / "first")
         whole = TuningDatabase(args.work_dir)
         counts = {"first stage": first.record_count(), "both stages": whole.record_count()}
-        runners = {name: measure.Runner(measure.build(model.mod, target, db.open()), target)
-                   for name, db in (("first stage", first), ("both stages", whole))}
-        reference = model.reference_outputs()
-        for runner in runners.values():
-            measure.assert_close(runner(model.inputs), reference, rtol=1e-3, atol=1e-3)
-        timings = measure.time_interleaved(runners, model.inputs, repeat=args.repeat)
+        timings = time_builds(model, target, {"first stage": first.open(), "both stages": whole.open()}, args.repeat)
     rows = {name: {"records": counts[name], "median_ms": round(t.median_ms, 3)} for name, t in timings.items()}
     ratio = rows["first stage"]["median_ms"] / rows["both stages"]["median_ms"]
     first_ms = rows["first stage"]["median_ms"]
