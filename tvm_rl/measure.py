@@ -89,7 +89,8 @@ def _backend(target: tvm.target.Target):
 
 
 def kernel_stage(mod: tvm.IRModule, target: tvm.target.Target, database: DatabaseLike = None,
-                 schedule_rest: bool = True, fuse: bool = True) -> tvm.IRModule:
+                 schedule_rest: bool = True, fuse: bool = True,
+                 legalize: tvm.transform.Pass | None = None) -> tvm.IRModule:
     """The module after the standard pipeline's dispatch, legalisation and fusion: one PrimFunc per kernel.
 
     With a MetaSchedule `database` (or a folder, opened by `as_database`), tuned schedules replace the kernels
@@ -97,12 +98,13 @@ def kernel_stage(mod: tvm.IRModule, target: tvm.target.Target, database: Databas
     False (the kernels as the database lookup sees them: what tuning needs); on CPU untuned kernels stay the
     naive loops TVM emits. With `fuse` False there is one kernel per operator and no constant folding: the same
     values, compiled several times faster where many variants of one model are built together (each fused
-    variant brings its own kernels, and folding compiles every kernel on constants on its own).
+    variant brings its own kernels, and folding compiles every kernel on constants on its own). `legalize`
+    replaces `relax.transform.LegalizeOps()` (after the backend's library dispatch, as there).
     """
     gpu = is_gpu(target)
     passes = [
         *_backend(target).library_dispatch_passes(target),
-        relax.transform.LegalizeOps(),
+        legalize or relax.transform.LegalizeOps(),
         *([relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(), relax.transform.FuseOps(),
            relax.transform.FuseTIR()] if fuse else []),
         # On CPU the weights (the module's constants) are marked layout-free, so that MetaSchedule's RewriteLayout
@@ -152,13 +154,14 @@ def _dlight(mod: tvm.IRModule) -> tvm.IRModule:
     return out
 
 
-def build(mod: tvm.IRModule, target: tvm.target.Target | str, database: DatabaseLike = None, fuse: bool = True):
+def build(mod: tvm.IRModule, target: tvm.target.Target | str, database: DatabaseLike = None, fuse: bool = True,
+          legalize: tvm.transform.Pass | None = None):
     """Compile a Relax module with the standard pipeline (optionally with tuned kernels) to a VM executable;
-    `fuse` as in `kernel_stage`."""
+    `fuse` and `legalize` as in `kernel_stage`."""
     target = parse_target(target)
     database = as_database(database)  # a bad database is a DatabaseError, not a failed build
     try:
-        kernels = kernel_stage(mod, target, database, fuse=fuse)
+        kernels = kernel_stage(mod, target, database, fuse=fuse, legalize=legalize)
         finish = tvm.transform.Sequential(
             _backend(target).dataflow_lower_passes(target) + _backend(target).finalize_passes(target))
         with target, tvm.transform.PassContext(opt_level=3):

@@ -49,9 +49,8 @@ def run_variants(original: tvm.IRModule, variants: Mapping[str, tvm.IRModule],
     # Variants share Var objects with the original; each copy needs its own for the build's passes.
     funcs = {symbols[k]: relax.utils.copy_with_new_vars(m["main"]).with_attr("global_symbol", symbols[k])
              for k, m in mods.items()}
-    with target:
-        legal = legalize_once(tvm.IRModule(funcs))
-    runner = measure.Runner(measure.build(legal, target, fuse=False), target)
+    legalize = tvm.transform.module_pass(lambda mod, _ctx: legalize_once(mod), opt_level=0, name="LegalizeOnce")
+    runner = measure.Runner(measure.build(tvm.IRModule(funcs), target, fuse=False, legalize=legalize), target)
     args = runner.device_tensors(inputs)
     return {k: measure.to_numpy(runner.vm[symbols[k]](*args)) for k in mods}
 
