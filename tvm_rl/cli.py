@@ -16,6 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("tune", help="tune TopHub tasks or a model's kernels (see `tvm-rl tune --help`)", add_help=False)
     sub.add_parser("corpus", help="measure a corpus of schedules, pre-train a cost model on it, evaluate it "
                    "(see `tvm-rl corpus --help`)", add_help=False)
+    sub.add_parser("library", help="build a schedule library from tuning databases, or show one "
+                   "(see `tvm-rl library --help`)", add_help=False)
     sub.add_parser("optimize", help="graph pass + kernel tuning + build + check, end to end "
                    "(see `tvm-rl optimize --help`)", add_help=False)
     sub.add_parser("rewrite", help="rewrite a model's graph with the graph pass, RLRewritePass "
@@ -57,6 +59,10 @@ def _run(command: str, rest: list[str]) -> int:
         from .tune.command import main as tune_main
 
         return tune_main(rest)
+    if command == "library":
+        from .tune.library_command import main as library_main
+
+        return library_main(rest)
     if command == "corpus":
         from .tune.corpus.command import main as corpus_main
 

@@ -40,6 +40,7 @@ RECORDS = "database_tuning_record.json"
 EXHAUSTED = "exhausted.json"  # workloads whose design space ran out, with their record counts then
 ROOFLINE = "roofline.json"  # the graph proxy's rooflines fitted to these kernels (`graph.calibration`)
 FAILURES = "failures.jsonl"  # why candidates failed (`tune.runner.FailureLog`); the records keep only 1e10 s
+FROM_LIBRARY = "from_library.json"  # workloads whose records a schedule library gave (`tune.library`), unmeasured
 # MetaSchedule's run time for a candidate that failed to build or run; a record at or above it is a failure.
 FAILED_SECONDS = 1e10
 
@@ -340,18 +341,24 @@ class TuningDatabase:
 
     def read_exhausted(self) -> dict[str, int]:
         """{structural hash: records it had when its search ran out of new candidates}."""
-        path = self.exhausted_path
-        try:
-            data = json.loads(path.read_text()) if path.is_file() else {}
-        except ValueError:
-            return {}  # a file cut short by a killed run: at worst those kernels are searched once more
-        return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        return _read_counts(self.exhausted_path)
 
     def write_exhausted(self, exhausted: dict[str, int]) -> None:
         """Replace `exhausted.json` in one step, so a killed run leaves the old file rather than half a new one."""
-        tmp = self.exhausted_path.with_name(EXHAUSTED + ".tmp")
-        tmp.write_text(json.dumps(exhausted, indent=0))
-        tmp.replace(self.exhausted_path)
+        _write_counts(self.exhausted_path, exhausted)
+
+    @property
+    def from_library_path(self) -> Path:
+        """`from_library.json`: {structural hash: records} committed from a schedule library, not measured here."""
+        return self.path / FROM_LIBRARY
+
+    def read_from_library(self) -> dict[str, int]:
+        """{structural hash: records} of workloads whose records came from a schedule library (no measurement)."""
+        return _read_counts(self.from_library_path)
+
+    def write_from_library(self, counts: dict[str, int]) -> None:
+        """Replace `from_library.json` in one step."""
+        _write_counts(self.from_library_path, counts)
 
     @classmethod
     def find_under(cls, root: str | os.PathLike) -> list[TuningDatabase]:
@@ -362,6 +369,20 @@ class TuningDatabase:
 # What a `database` argument takes: a folder (path or TuningDatabase), an open MetaSchedule database, or None
 # (untuned kernels). Strings name the TVM types so that this module loads without TVM.
 DatabaseLike = Union[TuningDatabase, str, "os.PathLike[str]", "ms.Database", None]
+
+
+def _read_counts(path: Path) -> dict[str, int]:
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        return {}  # a file cut short by a killed run: at worst those kernels are searched once more
+    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _write_counts(path: Path, counts: dict[str, int]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(counts, indent=0))
+    tmp.replace(path)
 
 
 def as_database(database: DatabaseLike) -> ms.Database | None:

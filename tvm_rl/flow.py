@@ -37,6 +37,7 @@ class OptimizeReport:
     graph_policy: str = ""  # what chose the graph rewrites (an arm of tvm_rl.graph.arms; "" when skipped)
     kernels_tuned: int = 0
     trials_measured: int = 0
+    kernels_from_library: int = 0  # kernels given a schedule library's record, unmeasured
     max_abs_err: float = 0.0
     seconds: dict[str, float] = field(default_factory=dict)
     tuned_ms: float = 0.0  # the rewritten, tuned build's latency, even when it lost to the default build
@@ -50,11 +51,13 @@ class OptimizeReport:
 
     def summary(self) -> str:
         stages = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
+        library = f" ({self.kernels_from_library} from the library, unmeasured)" if self.kernels_from_library else ""
         return (f"{self.model} on {self.target}: {self.default_ms:.3f} ms (TVM default build) -> "
                 f"{self.optimized_ms:.3f} ms optimized ({self.speedup:.2f}x); {len(self.graph_rewrites)} graph "
                 f"rewrites{f' ({self.graph_policy})' if self.graph_policy else ''}"
                 f"{', fast math' if self.fast_math else ''}, {self.trials_measured} measurements over "
-                f"{self.kernels_tuned} kernels; "
+                f"{self.kernels_tuned} kernels"
+                f"{library}; "
                 f"outputs match the source model (max abs err {self.max_abs_err:.2g}); {stages}"
                 + (f". The rewritten, tuned build measured {self.tuned_ms:.3f} ms, slower than the default build, so "
                    "the default build is returned (more --trials per kernel or a larger --budget usually fixes this)"
@@ -150,7 +153,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
              trials_per_kernel: int = 16, strategy: str | None = None, seed: int = 0, repeat: int = 20,
              rtol: float = 1e-3, atol: float = 1e-3, cost_model: str | None = None,
              graph_rounds: int = 1, fast_math: bool | None = None, budget: int | None = None,
-             minutes: float | None = None) -> Optimized:
+             minutes: float | None = None, library: str | Path | None = None) -> Optimized:
     """Optimize `model` for `target`; everything it writes goes under `work_dir` (None: `paths.work_dir()`; database in
     `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). `policy` chooses the graph
     pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
@@ -168,12 +171,15 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     MismatchError if the optimized module's outputs differ from the source model's by more than rtol/atol (atol
     relative to the largest output). `budget` (measurements) and/or `minutes` replace `trials_per_kernel` with one
     budget for the whole model, spent on the kernels where its latency is (`tune_model`); with `graph_rounds` > 1
-    each round gets the budget and the minutes again (the database's records of a round's kernels count)."""
+    each round gets the budget and the minutes again (the database's records of a round's kernels count).
+    `library` is a schedule library file the tuning starts from (`tune_workloads(library=...)`)."""
     from .tune import tune_model
     from .tune.cost_model import from_spec as cost_model_from_spec
+    from .tune.library import ScheduleLibrary
 
     target = measure.parse_target(target)
     whole_model = budget is not None or minutes is not None
+    library = ScheduleLibrary(library) if library is not None else None  # read once, before any slow step
     work = Path(work_dir) if work_dir is not None else paths.work_dir()
     seconds: dict[str, float] = {}
     t = time.perf_counter()
@@ -215,9 +221,10 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
                                      trials_per_iter=8 if whole_model else min(8, trials_per_kernel),
                                      strategy=strategy, seed=seed,
                                      cost_model=cost_model_from_spec(cost_model, seed, target.kind.name),
-                                     budget=budget, minutes=minutes)
+                                     budget=budget, minutes=minutes, library=library)
         report.kernels_tuned += tuned.tasks
         report.trials_measured += tuned.measured
+        report.kernels_from_library += len(tuned.from_library)
         seconds["tuning" + (f" {r + 1}" if r else "")] = time.perf_counter() - t
         t = time.perf_counter()
         executable = measure.build(mod, target, database)

@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
                    rewrite=not args.no_rewrite, policy=args.policy, rewrite_steps=args.rewrite_steps,
                    rewrite_seconds=args.rewrite_seconds, trials_per_kernel=args.trials, strategy=args.strategy,
                    seed=args.seed, cost_model=args.cost_model, graph_rounds=args.graph_rounds,
-                   fast_math=args.fast_math, budget=args.budget, minutes=args.minutes)
+                   fast_math=args.fast_math, budget=args.budget, minutes=args.minutes,
+                   library=args.library)
     print(out.report.summary())
     if args.export:
         print(f"exported {out.export(args.export)} (tvm.runtime.load_module + relax.VirtualMachine)")

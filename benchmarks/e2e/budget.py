@@ -7,6 +7,9 @@
   gradient task scheduler, evolutionary search, XGBModel, its own space generator, batches of 64), built by
   tvm-rl's PersistentBuilder, since MetaSchedule's LocalBuilder can time out on every candidate of a small CPU
   (docs/tuner.md, measurement notes): the builder decides whether a candidate builds, not which are proposed.
+- `budget-ours-library`: `budget-ours` starting from a schedule library (`--library FILE`, `tune.library`): the
+  library's records of the model's exact kernels applied unmeasured, and each kernel's first batch its schedules
+  for that kind of kernel, moved to the kernel's shapes.
 - `budget-ms-droplet` / `budget-ours-droplet`: `budget-metaschedule` / `budget-ours` with the last DROPLET_SHARE
   of N spent by TVM's Droplet Search from each kernel's best (`droplet.droplet_stage`), as MetaSchedule's
   `post_optimization` does but inside the same budget.
@@ -35,15 +38,17 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-even": ("evolutionary", True, "even"),
                "budget-metaschedule": ("evolutionary", False, "metaschedule"),
                "budget-ms-droplet": ("evolutionary", False, "metaschedule+droplet"),
-               "budget-ours-droplet": ("evolutionary", True, "latency-share+droplet")}
+               "budget-ours-droplet": ("evolutionary", True, "latency-share+droplet"),
+               "budget-ours-library": ("evolutionary", True, "latency-share+library")}
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
 DROPLET_SHARE = 0.25  # of a budget-*-droplet arm's N, left to Droplet after the first stage
 
 
 def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, trials_per_iter: int, cost_model,
                 op_filter: str | None, before_tuning: Callable[[], None] | None,
-                after_batch: Callable[[], object] | None):
-    """Tune `mod`'s kernels into `folder` as budget arm `arm` does, `budget` measurements in all; (database, report)."""
+                after_batch: Callable[[], object] | None, library: str | Path | None = None):
+    """Tune `mod`'s kernels into `folder` as budget arm `arm` does, `budget` measurements in all; (database, report).
+    `library` is the schedule library file the budget-ours-library arm starts from."""
     strategy, _, allocation = BUDGET_ARMS[arm]
     if allocation.endswith("+droplet"):
         first = budget - int(budget * DROPLET_SHARE)
@@ -63,6 +68,10 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
                   cost_model=cost_model, before_tuning=before_tuning, after_batch=after_batch)
     if allocation == "latency-share":
         return tune_model(mod, target, folder, budget=budget, **common)
+    if allocation == "latency-share+library":
+        if library is None:
+            raise SystemExit(f"{arm} needs --library FILE (a schedule library: `tvm-rl library build`)")
+        return tune_model(mod, target, folder, budget=budget, library=library, **common)
     if allocation == "even":
         kernels = [t for t in extract_tasks(mod, target) if not op_filter or op_filter in t.task_name]
         return tune_model(mod, target, folder, trials_per_kernel=max(1, budget // max(1, len(kernels))), **common)

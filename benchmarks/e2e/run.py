@@ -154,6 +154,8 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=1, help="seeds per (model, arm, N): 0 .. seeds-1")
     p.add_argument("--cost-model", default=None, help="pre-trained cost model for the *-pretrained arms: a file, "
                    "or xgb-pretrained (the one shipped for the target)")
+    p.add_argument("--library", default=None, metavar="FILE",
+                   help="the schedule library budget-ours-library starts from (`tvm-rl library build`)")
     p.add_argument("--op-filter", default=None, help="tune only kernels whose task name contains this (a check)")
     p.add_argument("--passes", type=int, default=5, help="interleaved timing passes over all variants")
     p.add_argument("--budget-s", type=float, default=20.0, help="seconds of TVM timing per variant, all passes")
@@ -201,6 +203,12 @@ def _save(out: Path, state: dict[str, Any]) -> None:
     tmp.replace(out)
 
 
+def measured_records(folder: Path) -> int:
+    """The records a run measured: its database's, less those a schedule library gave unmeasured."""
+    tuning = TuningDatabase(folder)
+    return tuning.record_count() - sum(tuning.read_from_library().values())
+
+
 def run_label(arm: str, seed: int, seeds: int) -> str:
     """A run's name in the tables: its arm, and its seed when the invocation runs several."""
     return arm if seeds == 1 else f"{arm} s{seed}"
@@ -231,12 +239,12 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
 
     def add_sitting(seconds: float) -> None:
         entry.update(load=load, tuning_s=round(entry["tuning_s"] + seconds, 1), sittings=entry["sittings"] + 1,
-                     measurements=TuningDatabase(folder).record_count())
+                     measurements=measured_records(folder))
 
     try:
         if arm in BUDGET_ARMS:  # N is the whole model's measurements
             database, report = tune_budget(arm, model.mod, target, folder, trials, seed, TRIALS_PER_ITER, cost_model,
-                                           args.op_filter, wait_for_quiet_cores, after_batch)
+                                           args.op_filter, wait_for_quiet_cores, after_batch, args.library)
         else:
             database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials,
                                           trials_per_iter=TRIALS_PER_ITER, strategy=strategy, seed=seed,
@@ -257,7 +265,10 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
     if report.tuned:
         add_sitting(report.seconds)
         entry["failures"] += sum(report.failures.values())
-    entry["measurements"] = TuningDatabase(folder).record_count()
+    entry["measurements"] = measured_records(folder)
+    library_records = sum(TuningDatabase(folder).read_from_library().values())
+    if library_records:
+        entry["from_library"] = library_records
     return database, entry, bool(report.tuned)
 
 
@@ -307,6 +318,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     scratch.mkdir(parents=True, exist_ok=True)
     settings = {"target": str(target), "target_name": name_of_target, "size": args.size, "op_filter": args.op_filter,
                 "trials_per_iter": TRIALS_PER_ITER, "cost_model": args.cost_model, "threads": args.threads,
+                "library": args.library,
                 "passes": args.passes, "machine": f"{platform.machine()} {os.cpu_count()} cores",
                 "torch": torch.__version__,
                 "command": " ".join([prog or "tuner_e2e", *(argv if argv is not None else sys.argv[1:])])}

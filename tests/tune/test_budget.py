@@ -142,7 +142,10 @@ def test_the_cli_takes_a_budget(monkeypatch):
     with pytest.raises(SystemExit):
         flow_command.main(["--model", "mlp", "--budget", "256", "--minutes", "10"])
     assert seen["budget"] == 256 and seen["minutes"] == 10.0
-
+    flow_command_args = ["--model", "mlp", "--budget", "8", "--library", "lib.jsonl.gz"]
+    with pytest.raises(SystemExit):
+        flow_command.main(flow_command_args)
+    assert seen["library"] == "lib.jsonl.gz"
 
 
 

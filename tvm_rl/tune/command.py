@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     common = dict(trials_per_kernel=args.trials, trials_per_iter=args.per_iter, strategy=strategy,
                   seed=args.seed, op_filter=args.op_filter, runner=runner, check_results=args.check_results,
                   cost_model=cost_model.from_spec(args.cost_model, args.seed, target.kind.name),
-                  budget=args.budget, minutes=args.minutes)
+                  budget=args.budget, minutes=args.minutes, library=args.library)
     if args.tophub:
         from .tophub import load_tasks
 
@@ -89,6 +89,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         model = models.load(args.model, args.size) if args.model else models.from_onnx(args.onnx)
         print(f"{args.model or args.onnx} -> {work_dir}", flush=True)
         _, report = tune_model(model.mod, target, work_dir, **common)
+    if report.from_library:
+        print(f"{len(report.from_library)} kernels took the library's record, unmeasured")
     if args.budget is not None or args.minutes is not None:
         print(f"{report.tasks} kernels: {report.measured} measurements in {report.seconds:.0f} s, spent where the "
               f"model's latency is. Database: {work_dir}")
@@ -110,6 +112,9 @@ def add_budget_arguments(ap: argparse.ArgumentParser, what: str = "the whole mod
     ap.add_argument("--minutes", type=float, default=None, metavar="M",
                     help="instead of --trials: tune for M minutes, spent the same way (with --budget: whichever "
                          "comes first)")
+    ap.add_argument("--library", default=None, metavar="FILE",
+                    help="start from a schedule library (`tvm-rl library build`): kernels it measured on this "
+                         "target get its record unmeasured, the others its schedules of their kind first")
 
 
 def _remote_runner(args: argparse.Namespace, ap: argparse.ArgumentParser):

@@ -7,6 +7,7 @@ interrupted run resumes where it stopped (MetaSchedule appends each record as it
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -26,10 +27,12 @@ from .cost_model import default as default_cost_model
 from .cost_model.warm import warm as warm_cost_model
 from .design_space import guarded, space_generator
 from .intrin import preload_tensor_intrinsics
+from .library import ScheduleLibrary
 from .measure_callback import AfterBatch, ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
 from .search_strategy.budget_cap import BudgetCap
 from .search_strategy.exhaustion import StopWhenExhausted
+from .search_strategy.seeded import Seeded
 from .search_strategy.skip_measured import SkipMeasured
 from .task_scheduler import LatencyShare, untuned_seconds
 
@@ -87,6 +90,7 @@ class TuneReport:
     seconds: float = 0.0
     failures: Counter = field(default_factory=Counter)  # failed candidates by kind (failures.KINDS)
     failure_log: Path | None = None  # one JSON line per failed candidate, with its reason
+    from_library: list[str] = field(default_factory=list)  # kernels given a library's record, unmeasured
 
 
 def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str | Path | TuningDatabase,
@@ -96,7 +100,8 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
                cost_model: ms.CostModel | str | None = None,
                before_tuning: Callable[[], None] | None = None,
                after_batch: Callable[[], object] | None = None, budget: int | None = None,
-               minutes: float | None = None) -> tuple[ms.Database, TuneReport]:
+               minutes: float | None = None,
+               library: ScheduleLibrary | str | os.PathLike | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database, or
     spend a whole-model `budget` of measurements and/or `minutes` where the model's latency is.
 
@@ -108,7 +113,7 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     workloads = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
     return tune_workloads(workloads, target, work_dir, trials_per_kernel, trials_per_iter, strategy, seed,
                           op_filter, builder, runner, verbose, check_results, cost_model, before_tuning,
-                          after_batch, budget, minutes)
+                          after_batch, budget, minutes, library)
 
 
 def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target: tvm.target.Target | str,
@@ -119,7 +124,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                    cost_model: ms.CostModel | str | None = None,
                    before_tuning: Callable[[], None] | None = None,
                    after_batch: Callable[[], object] | None = None, budget: int | None = None,
-                   minutes: float | None = None) -> tuple[ms.Database, TuneReport]:
+                   minutes: float | None = None,
+                   library: ScheduleLibrary | str | os.PathLike | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune (name, TIR module with one PrimFunc, weight) workloads into `work_dir`'s database, each up to
     `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
     interrupted run resumes.
@@ -148,6 +154,11 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     `before_tuning` is called once, just before the first measurement, and not at all when every kernel is tuned
     already (a benchmark waits there for quiet cores). `after_batch` is called after every measured batch, once
     its records are in `work_dir`'s database files (a benchmark archives them there).
+
+    `library` (a `ScheduleLibrary` or its file) starts from schedules measured before: a kernel with no record
+    whose exact workload the library measured on this target gets that record with no measurement (listed in
+    `from_library.json`; it counts against neither `trials_per_kernel` nor `budget`), and with evolutionary search
+    each kernel's first batch is the library's schedules for its kind of kernel, the best by the cost model.
     """
     target = parse_target(target)
     check_local_device(target, runner)
@@ -159,6 +170,17 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     work_dir = folder.path
     database = folder.open()
     report = TuneReport()
+    if library is not None and not isinstance(library, ScheduleLibrary):
+        library = ScheduleLibrary(library)
+    if library is not None:
+        wanted = [w for w in workloads if not op_filter or op_filter in w[0]]
+        applied = library.apply(database, wanted, target)
+        if applied:
+            report.from_library = [name for name, _ in applied]
+            counts = folder.read_from_library()
+            counts.update({str(key): counts.get(str(key), 0) + 1 for _, key in applied})
+            folder.write_from_library(counts)
+    from_library = folder.read_from_library()
     done = records_per_workload(database)
     exhausted = folder.read_exhausted()
     whole_model = budget is not None or minutes is not None
@@ -172,15 +194,16 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
             continue
         key = tvm_ffi.structural_hash(mod)
         have = done.get(key, 0)
-        spent += have
+        measured = have - from_library.get(str(key), 0)  # a library's records were not measured: not spent
+        spent += measured
         # A kernel whose space ran out before its budget is not searched again (each retry costs a full search
         # round for nothing); the mark names its record count, so records added since re-open it.
-        if (not whole_model and have >= trials_per_kernel) or (have and exhausted.get(str(key)) == have):
+        if (not whole_model and measured >= trials_per_kernel) or (have and exhausted.get(str(key)) == have):
             report.skipped.append(name)
             continue
         todo.append((name, mod, weight))
         keys.append(key)
-        budgets.append(trials_per_kernel - have)
+        budgets.append(trials_per_kernel - measured)
     remaining = (budget - spent if budget is not None else _UNLIMITED) if whole_model else 0
     if not todo or (whole_model and remaining <= 0):
         return database, report
@@ -192,6 +215,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     strategy = search_strategy.create(strategy, seed)
     resumed = False  # an evolutionary run with records already measured for some task: its model is warmed below
     if search_strategy.is_evolutionary(strategy):
+        if library is not None:  # each task's first batch: the library's schedules for it
+            strategy = Seeded(strategy, library)
         # A resumed run must not measure the database's schedules again (SkipMeasured), and a task whose space ran
         # out ends (StopWhenExhausted).
         strategy = StopWhenExhausted(SkipMeasured(strategy))
