@@ -172,14 +172,14 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     relative to the largest output). `budget` (measurements) and/or `minutes` replace `trials_per_kernel` with one
     budget for the whole model, spent on the kernels where its latency is (`tune_model`); with `graph_rounds` > 1
     each round gets the budget and the minutes again (the database's records of a round's kernels count).
-    `library` is a schedule library file the tuning starts from (`tune_workloads(library=...)`)."""
+    `library` is a schedule library file (or "shipped") the tuning starts from (`tune_workloads(library=...)`)."""
     from .tune import tune_model
     from .tune.cost_model import from_spec as cost_model_from_spec
-    from .tune.library import ScheduleLibrary
+    from .tune.library import open_library
 
     target = measure.parse_target(target)
     whole_model = budget is not None or minutes is not None
-    library = ScheduleLibrary(library) if library is not None else None  # read once, before any slow step
+    library = open_library(library, target.kind.name)  # read once, before any slow step
     work = Path(work_dir) if work_dir is not None else paths.work_dir()
     seconds: dict[str, float] = {}
     t = time.perf_counter()

@@ -171,3 +171,22 @@ def test_the_library_command_builds_from_every_database_under_a_folder_and_shows
     with pytest.raises(SystemExit):
         main(["library", "build", str(tmp_path / "empty"), "--out", str(out)])
     assert "no tuning database in" in capsys.readouterr().err
+
+
+def test_shipped_names_the_library_shipped_for_the_target_kind(monkeypatch, library, tmp_path):
+    from tvm_rl.tune import library as library_module
+
+    assert library_module.open_library(None) is None and library_module.open_library(library) is library
+    monkeypatch.setattr(library_module, "SHIPPED_DIR", tmp_path)
+    with pytest.raises(LibraryError, match="no schedule library is shipped for 'cuda'"):
+        library_module.open_library("shipped", "cuda")
+    (tmp_path / "library_llvm.jsonl.gz").write_bytes(library.path.read_bytes())
+    assert len(library_module.open_library("shipped", "llvm")) == len(library)
+
+
+def test_the_shipped_cpu_library_reads_and_names_its_targets():
+    from tvm_rl.tune.library import open_library
+
+    shipped = open_library("shipped", "llvm")
+    assert len(shipped) > 0 and all(json.loads(e.target)["kind"] == "llvm" for e in shipped.entries)
+    assert ("conv2d_nchw", "pad_temp") in {e.kind for e in shipped.entries}

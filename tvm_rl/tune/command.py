@@ -113,8 +113,9 @@ def add_budget_arguments(ap: argparse.ArgumentParser, what: str = "the whole mod
                     help="instead of --trials: tune for M minutes, spent the same way (with --budget: whichever "
                          "comes first)")
     ap.add_argument("--library", default=None, metavar="FILE",
-                    help="start from a schedule library (`tvm-rl library build`): kernels it measured on this "
-                         "target get its record unmeasured, the others its schedules of their kind first")
+                    help="start from a schedule library (`tvm-rl library build`, or `shipped`: the one shipped for "
+                         "the target kind): kernels it measured on this target get its record unmeasured, the others "
+                         "its schedules of their kind first")
 
 
 def _remote_runner(args: argparse.Namespace, ap: argparse.ArgumentParser):

@@ -36,6 +36,8 @@ from .tir_blocks import blocks
 
 FORMAT = "tvm-rl schedule library"
 VERSION = 1
+SHIPPED = "shipped"  # what names the library shipped in the package for a target kind
+SHIPPED_DIR = Path(__file__).resolve().parent / "models"  # made by the command in its README.md
 
 
 class LibraryError(TvmRlError):
@@ -218,6 +220,27 @@ class ScheduleLibrary:
         return out
 
 
+def shipped_library(target_kind: str = "llvm") -> Path | None:
+    """The schedule library shipped with tvm-rl for a target kind, or None if none is."""
+    path = SHIPPED_DIR / f"library_{target_kind}.jsonl.gz"
+    return path if path.is_file() else None
+
+
+def open_library(library: ScheduleLibrary | str | os.PathLike | None,
+                 target_kind: str = "llvm") -> ScheduleLibrary | None:
+    """A library as `tune_workloads` takes it: itself, its file, "shipped" (the one shipped for `target_kind`), or
+    None (no library)."""
+    if library is None or isinstance(library, ScheduleLibrary):
+        return library
+    if str(library) == SHIPPED:
+        path = shipped_library(target_kind)
+        if path is None:
+            raise LibraryError(f"no schedule library is shipped for {target_kind!r} targets; build one from your "
+                               "own tuning runs (`tvm-rl library build`) and give its file")
+        return ScheduleLibrary(path)
+    return ScheduleLibrary(library)
+
+
 def _parse(path: Path, number: int, line: str) -> Any:
     try:
         return json.loads(line)
@@ -284,5 +307,5 @@ def transfer(trace_json: Any, mod: tvm.IRModule) -> Schedule | None:
     return sch
 
 
-__all__ = ["Entry", "LibraryError", "ScheduleLibrary", "build_library", "kind_of", "nearest_split", "shapes_of",
-           "transfer"]
+__all__ = ["Entry", "LibraryError", "ScheduleLibrary", "build_library", "kind_of", "nearest_split", "open_library",
+           "shapes_of", "shipped_library", "transfer"]

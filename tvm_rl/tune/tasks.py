@@ -27,7 +27,7 @@ from .cost_model import default as default_cost_model
 from .cost_model.warm import warm as warm_cost_model
 from .design_space import guarded, space_generator
 from .intrin import preload_tensor_intrinsics
-from .library import ScheduleLibrary
+from .library import ScheduleLibrary, open_library
 from .measure_callback import AfterBatch, ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
 from .search_strategy.budget_cap import BudgetCap
@@ -155,10 +155,11 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     already (a benchmark waits there for quiet cores). `after_batch` is called after every measured batch, once
     its records are in `work_dir`'s database files (a benchmark archives them there).
 
-    `library` (a `ScheduleLibrary` or its file) starts from schedules measured before: a kernel with no record
-    whose exact workload the library measured on this target gets that record with no measurement (listed in
-    `from_library.json`; it counts against neither `trials_per_kernel` nor `budget`), and with evolutionary search
-    each kernel's first batch is the library's schedules for its kind of kernel, the best by the cost model.
+    `library` (a `ScheduleLibrary`, its file, or "shipped": the one shipped for the target kind) starts from
+    schedules measured before: a kernel with no record whose exact workload the library measured on this target
+    gets that record with no measurement (listed in `from_library.json`; it counts against neither
+    `trials_per_kernel` nor `budget`), and with evolutionary search each kernel's first batch is the library's
+    schedules for its kind of kernel, the best by the cost model.
     """
     target = parse_target(target)
     check_local_device(target, runner)
@@ -170,8 +171,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     work_dir = folder.path
     database = folder.open()
     report = TuneReport()
-    if library is not None and not isinstance(library, ScheduleLibrary):
-        library = ScheduleLibrary(library)
+    library = open_library(library, target.kind.name)
     if library is not None:
         wanted = [w for w in workloads if not op_filter or op_filter in w[0]]
         applied = library.apply(database, wanted, target)
