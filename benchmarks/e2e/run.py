@@ -275,9 +275,9 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
 def parse_key(key: str) -> tuple[str, int, int]:
     """A run's key (`variant_key`) as (arm, trials, seed); SystemExit naming a malformed key or an unknown arm."""
     match = re.fullmatch(r"(.+)/N(\d+)/s(\d+)", key)
-    if not match or match.group(1) not in ARMS:
+    if not match or match.group(1) not in {**ARMS, **BUDGET_ARMS}:
         raise SystemExit(f"--discard {key}: not a run key; a key is ARM/N<trials>/s<seed>, e.g. "
-                         f"{variant_key(BASELINE_ARM, 64, 0)}, with ARM one of {', '.join(ARMS)}")
+                         f"{variant_key(BASELINE_ARM, 64, 0)}, with ARM one of {', '.join({**ARMS, **BUDGET_ARMS})}")
     return match.group(1), int(match.group(2)), int(match.group(3))
 
 

@@ -7,7 +7,9 @@ from tvm import relax
 from benchmarks.e2e import run as e2e
 from benchmarks.e2e.budget import BUDGET_ARMS, tune_budget, tune_like_metaschedule
 from benchmarks.e2e.table import baseline_of, table_rows
+from tvm_rl.database import TuningDatabase
 from tvm_rl.measure import host_cpu_target
+from tvm_rl.tune.library import build_library
 from tvm_rl.tune.tasks import extract_tasks, records_per_workload
 
 
@@ -43,12 +45,19 @@ def _two_matmuls() -> tvm.IRModule:
 def test_each_budget_arm_spends_its_budget_and_a_rerun_spends_nothing(tmp_path):
     mod, target = _two_matmuls(), host_cpu_target()
     keys = {tvm_ffi.structural_hash(t.dispatched[0]) for t in extract_tasks(mod, target)}
-    for arm in BUDGET_ARMS:
+    for arm in BUDGET_ARMS:  # budget-ours first: the library arm starts from its records
         folder = tmp_path / arm
-        database, report = tune_budget(arm, mod, target, folder, 4, 0, 2, "xgb", None, None, None)
+        library, applied = None, 0
+        if arm == "budget-ours-library":
+            built = build_library([tmp_path / "budget-ours"], tmp_path / "library.jsonl.gz")
+            library, applied = built.path, len(built.workloads())
+            assert applied >= 1
+        database, report = tune_budget(arm, mod, target, folder, 4, 0, 2, "xgb", None, None, None, library)
         assert 4 <= report.measured <= 5, (arm, report)  # a batch may overshoot
-        assert sum(records_per_workload(database)[k] for k in keys) == report.measured
-        _, again = tune_budget(arm, mod, target, folder, 4, 0, 2, "xgb", None, None, None)
+        unmeasured = sum(TuningDatabase(folder).read_from_library().values())
+        assert unmeasured == applied  # what budget-ours measured on this target: applied, unmeasured
+        assert sum(records_per_workload(database)[k] for k in keys) == report.measured + unmeasured
+        _, again = tune_budget(arm, mod, target, folder, 4, 0, 2, "xgb", None, None, None, library)
         assert again.measured == 0, arm
 
 

@@ -129,6 +129,7 @@ def test_bad_budgets_are_refused_before_any_work(tmp_path):
 
 def test_a_run_key_is_parsed_and_a_malformed_one_is_refused_naming_the_form():
     assert e2e.parse_key("evolutionary-pretrained/N64/s2") == ("evolutionary-pretrained", 64, 2)
+    assert e2e.parse_key("budget-ours-library/N128/s0") == ("budget-ours-library", 128, 0)  # budget arms too
     for bad in ("evolutionary/64/s0", "bogus/N64/s0", "evolutionary/N64"):
         with pytest.raises(SystemExit, match=f"--discard {bad}: not a run key.*ARM/N<trials>/s<seed>"):
             e2e.parse_key(bad)

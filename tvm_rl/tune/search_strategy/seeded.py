@@ -1,10 +1,13 @@
 """Measure a schedule library's schedules for a task first, then search as usual.
 
-`Seeded` wraps any strategy. A task's first batch is the library's schedules for its kernel (`ScheduleLibrary.seeds`:
-the same workload measured elsewhere, and the same kind of kernel at other shapes with its tile splits re-chosen),
-postprocessed as the task's own candidates are and the best of them by the run's cost model, the batch filled up
-by the inner strategy if fewer remain. Measured, they are in the database, where evolutionary search starts its
-next population from. `tune_workloads` puts it inside `SkipMeasured`, so a resumed run does not measure them again.
+`Seeded` wraps any strategy. Up to `share` of a task's first batch is the library's schedules for its kernel
+(`ScheduleLibrary.seeds`: the same workload measured elsewhere, and the same kind of kernel at other shapes with its
+tile splits re-chosen), postprocessed as the task's own candidates are and the best of them by the run's cost model;
+the rest is the inner strategy's own first batch. Seeds only, on a whole-model budget that gives most kernels one
+batch, was measured worse than the search on a model whose kernels the library had not seen (MobileNet-V2 from
+ResNet-18's schedules: docs/results/tuner_library.md), so the search keeps its share. Measured, the seeds are in
+the database, where evolutionary search starts its next population from. `tune_workloads` puts it inside
+`SkipMeasured`, so a resumed run does not measure them again.
 """
 from __future__ import annotations
 
@@ -21,12 +24,13 @@ from ..library import ScheduleLibrary
 
 @derived_object
 class Seeded(PySearchStrategy):
-    """Delegates to `inner` after a first batch of up to `limit` library schedules for the task (fewer if fewer
-    replay or pass the postprocessors); `seeded` counts, across clones, how many schedules were handed out."""
+    """Delegates to `inner`, whose first batch gives up to `share` of its places (at least one) to the best of up
+    to `limit` library schedules for the task (fewer if fewer replay or pass the postprocessors); `seeded` counts,
+    across clones, how many schedules were handed out."""
 
-    def __init__(self, inner: ms.SearchStrategy, library: ScheduleLibrary, limit: int = 16,
+    def __init__(self, inner: ms.SearchStrategy, library: ScheduleLibrary, limit: int = 16, share: float = 0.5,
                  seeded: list[int] | None = None) -> None:
-        self.inner, self.library, self.limit = inner, library, limit
+        self.inner, self.library, self.limit, self.share = inner, library, limit, share
         self.seeded = seeded if seeded is not None else [0]
         self.context: Any = None
 
@@ -45,14 +49,12 @@ class Seeded(PySearchStrategy):
         if not self.first:
             return self.inner.generate_measure_candidates()
         self.first = False
-        seeds = self._ranked_seeds()[: self.per_iter]
+        seeds = self._ranked_seeds()[: max(1, int(self.per_iter * self.share))]
         self.seeded[0] += len(seeds)
-        if len(seeds) < self.per_iter:
-            more = self.inner.generate_measure_candidates()
-            if more is None and not seeds:
-                return None
-            seeds += list(more or [])[: self.per_iter - len(seeds)]
-        return seeds
+        more = self.inner.generate_measure_candidates()
+        if more is None and not seeds:
+            return None
+        return seeds + list(more or [])[: self.per_iter - len(seeds)]
 
     def _ranked_seeds(self) -> list[ms.MeasureCandidate]:
         """The library's schedules for this task, postprocessed, best first by the cost model."""
@@ -78,7 +80,7 @@ class Seeded(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> Seeded:
-        return Seeded(self.inner.clone(), self.library, self.limit, self.seeded)
+        return Seeded(self.inner.clone(), self.library, self.limit, self.share, self.seeded)
 
 
 __all__ = ["Seeded"]
