@@ -153,7 +153,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
              trials_per_kernel: int = 16, strategy: str | None = None, seed: int = 0, repeat: int = 20,
              rtol: float = 1e-3, atol: float = 1e-3, cost_model: str | None = None,
              graph_rounds: int = 1, fast_math: bool | None = None, budget: int | None = None,
-             minutes: float | None = None, library: str | Path | None = None) -> Optimized:
+             minutes: float | None = None, library: str | Path | None = "default") -> Optimized:
     """Optimize `model` for `target`; everything it writes goes under `work_dir` (None: `paths.work_dir()`; database in
     `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). `policy` chooses the graph
     pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
@@ -172,7 +172,9 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     relative to the largest output). `budget` (measurements) and/or `minutes` replace `trials_per_kernel` with one
     budget for the whole model, spent on the kernels where its latency is (`tune_model`); with `graph_rounds` > 1
     each round gets the budget and the minutes again (the database's records of a round's kernels count).
-    `library` is a schedule library file (or "shipped") the tuning starts from (`tune_workloads(library=...)`)."""
+    `library` is the schedule library the tuning starts from (`tune_workloads(library=...)`): by default the one
+    shipped for the target kind where one ships (CPUs; its kernels measured on its CPU are applied unmeasured only on
+    that CPU, elsewhere its schedules are measured first), a library file, or None for none."""
     from .tune import tune_model
     from .tune.cost_model import from_spec as cost_model_from_spec
     from .tune.library import open_library

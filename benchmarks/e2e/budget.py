@@ -1,15 +1,16 @@
 """Whole-model budget arms of the end-to-end benchmark: N measurements for the whole model, spent three ways.
 
-- `budget-ours`: what `tvm-rl optimize --budget N` runs (evolutionary search, the shipped cost model, batches of 8
-  spread by `LatencyShare`).
+- `budget-ours`: what `tvm-rl optimize --budget N --library none` runs (evolutionary search, the shipped cost model,
+  batches of 8 spread by `LatencyShare`), starting every kernel from nothing.
 - `budget-even`: the same search and model, N split evenly over the kernels (what `--trials N/kernels` does).
 - `budget-metaschedule`: MetaSchedule as its users run it (`tune_relax`'s defaults on the same kernels: its
   gradient task scheduler, evolutionary search, XGBModel, its own space generator, batches of 64), built by
   tvm-rl's PersistentBuilder, since MetaSchedule's LocalBuilder can time out on every candidate of a small CPU
   (docs/tuner.md, measurement notes): the builder decides whether a candidate builds, not which are proposed.
-- `budget-ours-library`: `budget-ours` starting from a schedule library (`--library FILE`, `tune.library`): the
-  library's records of the model's exact kernels applied unmeasured, and each kernel's first batch its schedules
-  for that kind of kernel, moved to the kernel's shapes.
+- `budget-ours-library`: `budget-ours` starting from a schedule library (`--library FILE`, `tune.library`), as
+  `tvm-rl optimize` does by default with the shipped one: the library's records of the model's exact kernels
+  applied unmeasured, and up to half of each kernel's first batch its schedules for that kind of kernel, moved to
+  the kernel's shapes.
 - `budget-ms-droplet` / `budget-ours-droplet`: `budget-metaschedule` / `budget-ours` with the last DROPLET_SHARE
   of N spent by TVM's Droplet Search from each kernel's best (`droplet.droplet_stage`), as MetaSchedule's
   `post_optimization` does but inside the same budget.

@@ -185,8 +185,11 @@ def test_shipped_names_the_library_shipped_for_the_target_kind(monkeypatch, libr
     monkeypatch.setattr(library_module, "SHIPPED_DIR", tmp_path)
     with pytest.raises(LibraryError, match="no schedule library is shipped for 'cuda'"):
         library_module.open_library("shipped", "cuda")
+    assert library_module.open_library("default", "cuda") is None  # the default where none ships: no library
     (tmp_path / "library_llvm.jsonl.gz").write_bytes(library.path.read_bytes())
     assert len(library_module.open_library("shipped", "llvm")) == len(library)
+    assert len(library_module.open_library("default", "llvm")) == len(library)
+    assert library_module.open_library("none", "llvm") is None
 
 
 def test_the_shipped_cpu_library_reads_and_names_its_targets():

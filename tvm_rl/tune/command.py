@@ -112,10 +112,11 @@ def add_budget_arguments(ap: argparse.ArgumentParser, what: str = "the whole mod
     ap.add_argument("--minutes", type=float, default=None, metavar="M",
                     help="instead of --trials: tune for M minutes, spent the same way (with --budget: whichever "
                          "comes first)")
-    ap.add_argument("--library", default=None, metavar="FILE",
-                    help="start from a schedule library (`tvm-rl library build`, or `shipped`: the one shipped for "
-                         "the target kind): kernels it measured on this target get its record unmeasured, the others "
-                         "its schedules of their kind first")
+    ap.add_argument("--library", default="default", metavar="FILE",
+                    help="the schedule library tuning starts from: kernels it measured on this target get its record "
+                         "unmeasured, the others its schedules of their kind among their first candidates; a file "
+                         "(`tvm-rl library build`), `shipped`, or `none` (default: the one shipped for the target "
+                         "kind where one ships: CPUs)")
 
 
 def _remote_runner(args: argparse.Namespace, ap: argparse.ArgumentParser):

@@ -37,6 +37,8 @@ from .tir_blocks import blocks
 FORMAT = "tvm-rl schedule library"
 VERSION = 1
 SHIPPED = "shipped"  # what names the library shipped in the package for a target kind
+DEFAULT = "default"  # the shipped library where one ships for the target kind, else none
+NONE = "none"
 SHIPPED_DIR = Path(__file__).resolve().parent / "models"  # made by the command in its README.md
 
 
@@ -228,10 +230,15 @@ def shipped_library(target_kind: str = "llvm") -> Path | None:
 
 def open_library(library: ScheduleLibrary | str | os.PathLike | None,
                  target_kind: str = "llvm") -> ScheduleLibrary | None:
-    """A library as `tune_workloads` takes it: itself, its file, "shipped" (the one shipped for `target_kind`), or
-    None (no library)."""
+    """A library as `tune_workloads` takes it: itself, its file, "shipped" (the one shipped for `target_kind`; an
+    error where none ships), "default" (the shipped one where one ships, else none), or None / "none"."""
     if library is None or isinstance(library, ScheduleLibrary):
         return library
+    if str(library) == NONE:
+        return None
+    if str(library) == DEFAULT:
+        path = shipped_library(target_kind)
+        return ScheduleLibrary(path) if path is not None else None
     if str(library) == SHIPPED:
         path = shipped_library(target_kind)
         if path is None:

@@ -155,11 +155,12 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     already (a benchmark waits there for quiet cores). `after_batch` is called after every measured batch, once
     its records are in `work_dir`'s database files (a benchmark archives them there).
 
-    `library` (a `ScheduleLibrary`, its file, or "shipped": the one shipped for the target kind) starts from
+    `library` (a `ScheduleLibrary`, its file, "shipped": the one shipped for the target kind, or "default") starts from
     schedules measured before: a kernel with no record whose exact workload the library measured on this target
     gets that record with no measurement (listed in `from_library.json`; it counts against neither
-    `trials_per_kernel` nor `budget`), and with evolutionary search each kernel's first batch is the library's
-    schedules for its kind of kernel, the best by the cost model.
+    `trials_per_kernel` nor `budget`), and with evolutionary search up to half of each kernel's first batch is the
+    library's schedules for its kind of kernel, the best by the cost model (`search_strategy.seeded`). None (the
+    default here; `optimize` and the CLI start from the shipped one) starts every kernel from nothing.
     """
     target = parse_target(target)
     check_local_device(target, runner)
