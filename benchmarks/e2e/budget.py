@@ -11,6 +11,8 @@
   `tvm-rl optimize` does by default with the shipped one: the library's records of the model's exact kernels
   applied unmeasured, and up to half of each kernel's first batch its schedules for that kind of kernel, moved to
   the kernel's shapes.
+- `budget-ours-library-exact`: the ablation of `budget-ours-library` without moved schedules: only the library's
+  records of exact kernels applied unmeasured, then `budget-ours`.
 - `budget-ms-droplet` / `budget-ours-droplet`: `budget-metaschedule` / `budget-ours` with the last DROPLET_SHARE
   of N spent by TVM's Droplet Search from each kernel's best (`droplet.droplet_stage`), as MetaSchedule's
   `post_optimization` does but inside the same budget.
@@ -28,6 +30,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_rl.database import TuningDatabase
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
+from tvm_rl.tune.library import ScheduleLibrary
 from tvm_rl.tune.measure_callback import AfterBatch
 from tvm_rl.tune.search_strategy.budget_cap import BudgetCap
 from tvm_rl.tune.tasks import TuneReport, extract_tasks, records_per_workload, shared_builder, tune_model
@@ -40,7 +43,8 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-metaschedule": ("evolutionary", False, "metaschedule"),
                "budget-ms-droplet": ("evolutionary", False, "metaschedule+droplet"),
                "budget-ours-droplet": ("evolutionary", True, "latency-share+droplet"),
-               "budget-ours-library": ("evolutionary", True, "latency-share+library")}
+               "budget-ours-library": ("evolutionary", True, "latency-share+library"),
+               "budget-ours-library-exact": ("evolutionary", True, "latency-share+library-exact")}
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
 DROPLET_SHARE = 0.25  # of a budget-*-droplet arm's N, left to Droplet after the first stage
 
@@ -69,9 +73,14 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
                   cost_model=cost_model, before_tuning=before_tuning, after_batch=after_batch)
     if allocation == "latency-share":
         return tune_model(mod, target, folder, budget=budget, **common)
-    if allocation == "latency-share+library":
+    if allocation.startswith("latency-share+library"):
         if library is None:
             raise SystemExit(f"{arm} needs --library FILE (a schedule library: `tvm-rl library build`)")
+        if allocation.endswith("-exact"):  # exact kernels applied, no moved schedules in the first batches
+            kernels = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)
+                       if not op_filter or op_filter in t.task_name]
+            ScheduleLibrary(library).apply_to(TuningDatabase(folder), kernels, target)
+            return tune_model(mod, target, folder, budget=budget, **common)
         return tune_model(mod, target, folder, budget=budget, library=library, **common)
     if allocation == "even":
         kernels = [t for t in extract_tasks(mod, target) if not op_filter or op_filter in t.task_name]

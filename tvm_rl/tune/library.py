@@ -200,6 +200,17 @@ class ScheduleLibrary:
             applied.append((name, int(tvm_ffi.structural_hash(mod))))
         return applied
 
+    def apply_to(self, folder: TuningDatabase, workloads: Sequence[tuple[str, tvm.IRModule, float]],
+                 target: tvm.target.Target) -> list[str]:
+        """`apply` to the database in `folder`, the records applied added to its `from_library.json` (so that tuning
+        does not count them as measured). Returns the names of the workloads applied."""
+        applied = self.apply(folder.open(), workloads, target)
+        if applied:
+            counts = folder.read_from_library()
+            counts.update({str(key): counts.get(str(key), 0) + 1 for _, key in applied})
+            folder.write_from_library(counts)
+        return [name for name, _ in applied]
+
     def seeds(self, mod: tvm.IRModule, limit: int = 16) -> list[Schedule]:
         """Up to `limit` schedules for `mod` from the library's schedules of its kind (the same workload measured
         elsewhere first, then the nearest shapes), each replayed with its tile splits re-chosen for `mod`'s loop

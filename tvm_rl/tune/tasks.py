@@ -174,13 +174,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     report = TuneReport()
     library = open_library(library, target.kind.name)
     if library is not None:
-        wanted = [w for w in workloads if not op_filter or op_filter in w[0]]
-        applied = library.apply(database, wanted, target)
-        if applied:
-            report.from_library = [name for name, _ in applied]
-            counts = folder.read_from_library()
-            counts.update({str(key): counts.get(str(key), 0) + 1 for _, key in applied})
-            folder.write_from_library(counts)
+        report.from_library = library.apply_to(folder, [w for w in workloads if not op_filter or op_filter in w[0]],
+                                               target)
     from_library = folder.read_from_library()
     done = records_per_workload(database)
     exhausted = folder.read_exhausted()
