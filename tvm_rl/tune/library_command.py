@@ -7,6 +7,8 @@ from collections import Counter
 from ..database import TuningDatabase
 from .library import ScheduleLibrary, build_library
 
+SHOWN_KINDS = 12  # `show` lists the kinds of kernel with the most schedules, up to this many
+
 
 def main(argv: list[str] | None = None, prog: str = "tvm-rl library") -> int:
     ap = argparse.ArgumentParser(
@@ -40,6 +42,10 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl library") -> int:
     print(repr(library))
     for target, n in Counter(e.target for e in library.entries).most_common():
         print(f"  target {target}: {n} schedules")
-    for kind, n in Counter(e.kind for e in library.entries).most_common():
-        print(f"  kind {'+'.join(kind)}: {n} schedules")
+    kinds = Counter(e.kind for e in library.entries).most_common()
+    for kind, n in kinds[:SHOWN_KINDS]:
+        name = "+".join(kind)
+        print(f"  kind {name if len(name) <= 64 else name[:61] + '...'}: {n} schedules")
+    if len(kinds) > SHOWN_KINDS:
+        print(f"  ... and {len(kinds) - SHOWN_KINDS} more kinds of kernel")
     return 0
