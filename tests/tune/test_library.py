@@ -110,13 +110,14 @@ def test_the_first_batch_gives_the_librarys_best_schedules_their_share_and_the_s
     assert inst.seeded[0] == 2 and {trace_key(c.sch.trace) for c in batches[0][:2]} <= seeds  # a quarter of 8
 
 
+# Explicit ids: pytest-xdist's workers must collect the same names (gzip's bytes carry a timestamp).
 @pytest.mark.parametrize("content, message", [
     (None, "no schedule library"),
     (b"not gzip", "not a gzip'd schedule library"),
-    (gzip.compress(b'{"format": "something else"}\n'), "not a version-1 tvm-rl schedule library"),
-    (gzip.compress(b'{"format": "tvm-rl schedule library", "version": 1}\n{"workload": 1}\n'), "line 2"),
-    (gzip.compress(b'{"format": "tvm-rl schedule library", "version": 1}\n{oops\n'), "line 2: not JSON"),
-])
+    (gzip.compress(b'{"format": "something else"}\n', mtime=0), "not a version-1 tvm-rl schedule library"),
+    (gzip.compress(b'{"format": "tvm-rl schedule library", "version": 1}\n{"workload": 1}\n', mtime=0), "line 2"),
+    (gzip.compress(b'{"format": "tvm-rl schedule library", "version": 1}\n{oops\n', mtime=0), "line 2: not JSON"),
+], ids=["missing", "not-gzip", "other-format", "bad-entry", "not-json"])
 def test_a_bad_library_file_is_named_with_what_is_wrong(tmp_path, content, message):
     path = tmp_path / "lib.jsonl.gz"
     if content is not None:
