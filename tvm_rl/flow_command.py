@@ -6,7 +6,7 @@ import argparse
 from . import paths
 from .graph import defaults
 from .tune import search_strategy
-from .tune.command import add_budget_arguments
+from .tune.command import add_budget_arguments, add_library_argument
 
 
 def _shape(text: str) -> tuple[str, list[int]]:
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     ap.add_argument("--target", default="llvm", help="llvm (this CPU), cuda, cuda:sm_80, or a target JSON")
     ap.add_argument("--trials", type=int, default=16, help="measured trials per kernel (default 16)")
     add_budget_arguments(ap)
+    add_library_argument(ap)
     ap.add_argument("--strategy", default=None,
                     help=f"search strategy: {', '.join(search_strategy.names())} (default {search_strategy.DEFAULT})")
     ap.add_argument("--cost-model", default=None, metavar="MODEL",

@@ -33,7 +33,14 @@ from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.library import ScheduleLibrary
 from tvm_rl.tune.measure_callback import AfterBatch
 from tvm_rl.tune.search_strategy.budget_cap import BudgetCap
-from tvm_rl.tune.tasks import TuneReport, extract_tasks, records_per_workload, shared_builder, tune_model
+from tvm_rl.tune.tasks import (
+    TuneReport,
+    extract_tasks,
+    model_workloads,
+    records_per_workload,
+    shared_builder,
+    tune_model,
+)
 
 from .droplet import droplet_stage
 
@@ -77,8 +84,7 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
         if library is None:
             raise SystemExit(f"{arm} needs --library FILE (a schedule library: `tvm-rl library build`)")
         if allocation.endswith("-exact"):  # exact kernels applied, no moved schedules in the first batches
-            kernels = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)
-                       if not op_filter or op_filter in t.task_name]
+            kernels = [k for k in model_workloads(mod, target) if not op_filter or op_filter in k[0]]
             ScheduleLibrary(library).apply_to(TuningDatabase(folder), kernels, target)
             return tune_model(mod, target, folder, budget=budget, **common)
         return tune_model(mod, target, folder, budget=budget, library=library, **common)

@@ -203,10 +203,11 @@ def _save(out: Path, state: dict[str, Any]) -> None:
     tmp.replace(out)
 
 
-def measured_records(folder: Path) -> int:
-    """The records a run measured: its database's, less those a schedule library gave unmeasured."""
+def record_counts(folder: Path) -> tuple[int, int]:
+    """(records the run measured, records a schedule library gave it unmeasured) in its database."""
     tuning = TuningDatabase(folder)
-    return tuning.record_count() - sum(tuning.read_from_library().values())
+    from_library = sum(tuning.read_from_library().values())
+    return tuning.record_count() - from_library, from_library
 
 
 def run_label(arm: str, seed: int, seeds: int) -> str:
@@ -239,7 +240,7 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
 
     def add_sitting(seconds: float) -> None:
         entry.update(load=load, tuning_s=round(entry["tuning_s"] + seconds, 1), sittings=entry["sittings"] + 1,
-                     measurements=measured_records(folder))
+                     measurements=record_counts(folder)[0])
 
     try:
         if arm in BUDGET_ARMS:  # N is the whole model's measurements
@@ -265,8 +266,7 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
     if report.tuned:
         add_sitting(report.seconds)
         entry["failures"] += sum(report.failures.values())
-    entry["measurements"] = measured_records(folder)
-    library_records = sum(TuningDatabase(folder).read_from_library().values())
+    entry["measurements"], library_records = record_counts(folder)
     if library_records:
         entry["from_library"] = library_records
     return database, entry, bool(report.tuned)

@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
                     help=f"search strategy (default {search_strategy.DEFAULT})")
     ap.add_argument("--trials", type=int, default=32, help="measured trials per kernel (default 32)")
     add_budget_arguments(ap, "the whole model (or task list)")
+    add_library_argument(ap)
     ap.add_argument("--per-iter", type=int, default=8, help="candidates measured per round (default 8)")
     ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")
     ap.add_argument("--seed", type=int, default=0)
@@ -112,6 +113,10 @@ def add_budget_arguments(ap: argparse.ArgumentParser, what: str = "the whole mod
     ap.add_argument("--minutes", type=float, default=None, metavar="M",
                     help="instead of --trials: tune for M minutes, spent the same way (with --budget: whichever "
                          "comes first)")
+
+
+def add_library_argument(ap: argparse.ArgumentParser) -> None:
+    """--library (`tune_workloads(library=)`), for a command that tunes."""
     ap.add_argument("--library", default="default", metavar="FILE",
                     help="the schedule library tuning starts from: kernels it measured on this target get its record "
                          "unmeasured, the others its schedules of their kind among their first candidates; a file "

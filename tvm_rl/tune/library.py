@@ -31,7 +31,7 @@ from tvm.s_tir.schedule import Trace
 from ..database import TuningDatabase, open_database, record_seconds
 from ..errors import TvmRlError
 from ..interrupt import interrupt_pending
-from .knob_trace import factorisations
+from .knob_trace import factorisations, plain_literal
 from .tir_blocks import blocks
 
 FORMAT = "tvm-rl schedule library"
@@ -80,15 +80,6 @@ def _func(mod: tvm.IRModule) -> Any:
     return funcs[0]
 
 
-def _plain(value: Any) -> Any:
-    """A trace's JSON (TVM containers and literals) as plain Python for json.dumps."""
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if hasattr(value, "value"):
-        return value.value
-    return [_plain(v) for v in value]
-
-
 def build_library(sources: Iterable[str | os.PathLike | TuningDatabase], out: str | os.PathLike,
                   top: int = 4) -> ScheduleLibrary:
     """Write the best `top` distinct schedules of every (workload, target) in the tuning databases `sources` to the
@@ -107,7 +98,7 @@ def build_library(sources: Iterable[str | os.PathLike | TuningDatabase], out: st
             key = int(tvm_ffi.structural_hash(mod))
             if key not in info:
                 info[key] = (kind_of(mod), shapes_of(mod))
-            trace = _plain(record.trace.as_json(remove_postproc=False))
+            trace = plain_literal(record.trace.as_json(remove_postproc=False))
             best.setdefault((key, str(record.target)), []).append((seconds, json.dumps(trace), trace))
     entries = []
     for (key, target), found in best.items():

@@ -45,6 +45,11 @@ def extract_tasks(mod: tvm.IRModule, target: tvm.target.Target | str) -> list[ms
     return list(ms.relax_integration.extract_tasks(kernel_stage(mod, target, schedule_rest=False), target))
 
 
+def model_workloads(mod: tvm.IRModule, target: tvm.target.Target) -> list[tuple[str, tvm.IRModule, float]]:
+    """`mod`'s kernels as `tune_workloads` takes them: (task name, TIR module, calls per run)."""
+    return [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
+
+
 def records_per_workload(database: ms.Database) -> Counter:
     """How many tuning records the database holds for each workload (by structural hash)."""
     return Counter(tvm_ffi.structural_hash(r.workload.mod) for r in database.get_all_tuning_records())
@@ -110,10 +115,9 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     """
     target = parse_target(target)
     check_local_device(target, runner)
-    workloads = [(t.task_name, t.dispatched[0], float(t.weight)) for t in extract_tasks(mod, target)]
-    return tune_workloads(workloads, target, work_dir, trials_per_kernel, trials_per_iter, strategy, seed,
-                          op_filter, builder, runner, verbose, check_results, cost_model, before_tuning,
-                          after_batch, budget, minutes, library)
+    return tune_workloads(model_workloads(mod, target), target, work_dir, trials_per_kernel, trials_per_iter,
+                          strategy, seed, op_filter, builder, runner, verbose, check_results, cost_model,
+                          before_tuning, after_batch, budget, minutes, library)
 
 
 def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target: tvm.target.Target | str,
@@ -211,7 +215,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     strategy = search_strategy.create(strategy, seed)
     resumed = False  # an evolutionary run with records already measured for some task: its model is warmed below
     if search_strategy.is_evolutionary(strategy):
-        if library is not None:  # each task's first batch: the library's schedules for it
+        if library is not None:  # up to half of each task's first batch: the library's schedules for it
             strategy = Seeded(strategy, library)
         # A resumed run must not measure the database's schedules again (SkipMeasured), and a task whose space ran
         # out ends (StopWhenExhausted).
