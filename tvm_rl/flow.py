@@ -38,6 +38,7 @@ class OptimizeReport:
     kernels_tuned: int = 0
     trials_measured: int = 0
     kernels_from_library: int = 0  # kernels given a schedule library's record, unmeasured
+    search_errors: dict[str, str] = field(default_factory=dict)  # kernel: why its search failed (it ended early)
     max_abs_err: float = 0.0
     seconds: dict[str, float] = field(default_factory=dict)
     tuned_ms: float = 0.0  # the rewritten, tuned build's latency, even when it lost to the default build
@@ -52,6 +53,8 @@ class OptimizeReport:
     def summary(self) -> str:
         stages = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
         library = f" ({self.kernels_from_library} from the library, unmeasured)" if self.kernels_from_library else ""
+        if self.search_errors:
+            library += f" ({len(self.search_errors)} ended early, their search failed: {', '.join(self.search_errors)})"
         return (f"{self.model} on {self.target}: {self.default_ms:.3f} ms (TVM default build) -> "
                 f"{self.optimized_ms:.3f} ms optimized ({self.speedup:.2f}x); {len(self.graph_rewrites)} graph "
                 f"rewrites{f' ({self.graph_policy})' if self.graph_policy else ''}"
@@ -226,6 +229,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
         report.kernels_tuned += tuned.tasks
         report.trials_measured += tuned.measured
         report.kernels_from_library += len(tuned.from_library)
+        report.search_errors.update(tuned.search_errors)
         seconds["tuning" + (f" {r + 1}" if r else "")] = time.perf_counter() - t
         t = time.perf_counter()
         executable = measure.build(mod, target, database)

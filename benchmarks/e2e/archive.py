@@ -68,7 +68,8 @@ def _read(path: Path) -> tuple[dict[str, str], dict[tuple[str, str], dict[str, A
 
 def _read_all(path: Path) -> tuple[dict[str, str], dict[tuple[str, str], dict[str, Any]]]:
     """The archive's workloads texts by sha, and each run's every record as the batches appended them: {"records":
-    lines in order, "sha": of its latest workloads text, "exhausted": its latest exhaustion marks}. A batch that
+    lines in order, "sha": of its latest workloads text, "exhausted": its latest exhaustion marks, "from_library": the
+    records a schedule library gave it, unmeasured, or None}. A batch that
     starts at 0 begins the run again (its folder was tuned afresh); one that does not continue it is dropped."""
     workloads: dict[str, str] = {}
     runs: dict[tuple[str, str], dict[str, Any]] = {}
@@ -83,7 +84,7 @@ def _read_all(path: Path) -> tuple[dict[str, str], dict[tuple[str, str], dict[st
                 run["records"] = []
             if entry["start"] == len(run["records"]):
                 run["records"] += entry["records"]
-                run.update(sha=entry["sha"], exhausted=entry["exhausted"])
+                run.update(sha=entry["sha"], exhausted=entry["exhausted"], from_library=entry.get("from_library"))
     return workloads, runs
 
 
@@ -106,6 +107,7 @@ class RunRecords:
         self.shas = set(workloads)
         self.count = len(held.get("records", []))
         self.exhausted = held.get("exhausted")
+        self.from_library = held.get("from_library")
         self._workloads: tuple[tuple[int, int], str, str] | None = None  # (mtime, size), text, sha
 
     def _workloads_text(self) -> tuple[str, str]:
@@ -126,20 +128,22 @@ class RunRecords:
             return 0
         start = self.count if len(lines) >= self.count else 0  # fewer than archived: tuned afresh, start over
         exhausted = TuningDatabase(self.folder).read_exhausted()
-        if start == len(lines) and exhausted == self.exhausted:
+        # Records a schedule library gave unmeasured: a restored run must not count them as measured.
+        from_library = TuningDatabase(self.folder).read_from_library() or None
+        if start == len(lines) and exhausted == self.exhausted and from_library == self.from_library:
             return 0
         text, sha = self._workloads_text()
         entries: list[dict[str, Any]] = [] if sha in self.shas else [{"sha": sha, "workloads": text}]
         entries.append({"model": self.model, "key": self.key, "sha": sha, "start": start, "records": lines[start:],
-                        "exhausted": exhausted})
+                        "exhausted": exhausted, **({"from_library": from_library} if from_library else {})})
         append_json_lines_gz(self.path, entries)
         self.shas.add(sha)
-        self.count, self.exhausted = len(lines), exhausted
+        self.count, self.exhausted, self.from_library = len(lines), exhausted, from_library
         return len(lines) - start
 
 
 def restore_all(path: Path, model: str, key: str, folder: Path) -> int:
-    """Write every archived record of run `key` of `model` (and its workloads and exhaustion marks) as the
+    """Write every archived record of run `key` of `model` (and its workloads, exhaustion and library marks) as the
     database in `folder`, which must hold none; returns how many records, 0 where the archive has none of them."""
     workloads, runs = _read_all(path)
     run = runs.get((model, key))
@@ -153,6 +157,8 @@ def restore_all(path: Path, model: str, key: str, folder: Path) -> int:
     (folder / RECORDS).write_text("".join(run["records"]))
     if run["exhausted"]:
         TuningDatabase(folder).write_exhausted(run["exhausted"])
+    if run.get("from_library"):
+        TuningDatabase(folder).write_from_library(run["from_library"])
     return len(run["records"])
 
 

@@ -73,6 +73,9 @@ def test_every_record_is_archived_batch_by_batch_and_restores_a_run_to_resume(tm
     assert records.flush() == 1 and path.stat().st_size > size
     TuningDatabase(folder).write_exhausted({"123": 1})
     assert records.flush() == 0  # the exhaustion marks alone are archived too
+    TuningDatabase(folder).write_from_library({"456": 1})
+    size = path.stat().st_size
+    assert records.flush() == 0 and path.stat().st_size > size  # so are a library's marks (no new record)
     assert arch.RunRecords(path, "bert", "k", folder).count == 3  # a later sitting carries on from the archive
     lines = (folder / RECORDS).read_text().splitlines(keepends=True)[:3]
     shutil.rmtree(folder)
@@ -80,6 +83,7 @@ def test_every_record_is_archived_batch_by_batch_and_restores_a_run_to_resume(tm
     assert (folder / RECORDS).read_text() == "".join(lines)  # failed candidates too: they count against the budget
     assert (folder / WORKLOADS).read_text() == '["w0"]\n["w1"]\n'
     assert TuningDatabase(folder).read_exhausted() == {"123": 1}
+    assert TuningDatabase(folder).read_from_library() == {"456": 1}  # not counted as measured when resumed
     assert arch.restore_all(path, "bert", "other", tmp_path / "x") == 0 and not (tmp_path / "x").exists()
     with pytest.raises(ValueError, match="already holds tuning records"):
         arch.restore_all(path, "bert", "k", folder)

@@ -1,5 +1,6 @@
 """Tuning into the shared database: exhausted spaces end, identical kernels are tuned once, runs resume."""
 import json
+from types import SimpleNamespace
 
 import pytest
 import tvm
@@ -32,6 +33,33 @@ def test_short_or_empty_batch_ends_the_task():
     empty = StopWhenExhausted(FakeStrategy([0, 8]))._inst
     empty.pre_tuning(64, 8, [], None, None)
     assert empty.generate_measure_candidates() is None
+
+
+class Raises(FakeStrategy):
+    def _initialize_with_tune_context(self, context):
+        pass
+
+    def generate_measure_candidates(self):
+        raise RuntimeError("parallel_for_dynamic error with Check failed\n"
+                           "Literal value 2949120000 exceeds range of int32")
+
+    def clone(self):
+        return Raises([])
+
+
+def test_a_failed_search_ends_its_task_with_the_error_named_and_not_the_run(capsys, monkeypatch):
+    errors = {}
+    wrapper = StopWhenExhausted(Raises([]), errors)._inst
+    wrapper._initialize_with_tune_context(SimpleNamespace(task_name="conv2d251"))
+    wrapper.pre_tuning(64, 8, [], None, None)
+    assert wrapper.generate_measure_candidates() is None  # the task scheduler ends this task, the others go on
+    assert errors == {"conv2d251": "RuntimeError: Literal value 2949120000 exceeds range of int32"}
+    assert "conv2d251: its search failed (RuntimeError: Literal value" in capsys.readouterr().out
+    assert wrapper.generate_measure_candidates() is None
+    assert wrapper.clone()._inst.errors is errors  # each task's clone reports into the run's one dict
+    monkeypatch.setattr("tvm_rl.tune.search_strategy.exhaustion.interrupt_pending", lambda: True)
+    with pytest.raises(RuntimeError):  # Ctrl-C that surfaced as another error is still a stop
+        StopWhenExhausted(Raises([]))._inst.generate_measure_candidates()
 
 
 def test_tasks_follow_the_build_kernels(cpu):

@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
         _, report = tune_model(model.mod, target, work_dir, **common)
     if report.from_library:
         print(f"{len(report.from_library)} kernels took the library's record, unmeasured")
+    for name, error in report.search_errors.items():
+        print(f"{name}: its search failed and it ended early ({error})")
     if args.budget is not None or args.minutes is not None:
         print(f"{report.tasks} kernels: {report.measured} measurements in {report.seconds:.0f} s, spent where the "
               f"model's latency is. Database: {work_dir}")

@@ -96,6 +96,7 @@ class TuneReport:
     failures: Counter = field(default_factory=Counter)  # failed candidates by kind (failures.KINDS)
     failure_log: Path | None = None  # one JSON line per failed candidate, with its reason
     from_library: list[str] = field(default_factory=list)  # kernels given a library's record, unmeasured
+    search_errors: dict[str, str] = field(default_factory=dict)  # kernel: why its search failed (it ended there)
 
 
 def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str | Path | TuningDatabase,
@@ -219,7 +220,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
             strategy = Seeded(strategy, library)
         # A resumed run must not measure the database's schedules again (SkipMeasured), and a task whose space ran
         # out ends (StopWhenExhausted).
-        strategy = StopWhenExhausted(SkipMeasured(strategy))
+        strategy = StopWhenExhausted(SkipMeasured(strategy), report.search_errors)
         resumed = any(done.get(key, 0) for key in keys)
     if budget is not None:
         strategy = BudgetCap(strategy, [remaining])  # the batch that reaches the budget is cut to what is left

@@ -8,6 +8,11 @@ proposes fewer candidates than asked only when it cannot find more distinct unme
 ends the task after such a short batch (or an empty one) instead of searching again; what was measured stays
 in the database. The knob-space strategies (`PPOSearch`, `SimulatedAnnealing`) need no wrapper: they return None
 themselves once no valid unmeasured point is left (`search_strategy.ppo`).
+
+A search that raises (TVM's evolutionary search can fail inside its parallel mutation and rating, e.g. on an int32
+overflow of a mutated trace) ends its task the same way, with one line naming the task and the error, instead of
+ending every other task's tuning; the message is kept in `errors` (task name: message), a dict the clones share,
+for the run's report.
 """
 from __future__ import annotations
 
@@ -15,17 +20,19 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.database import Database
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 
-from ...interrupt import deferred
+from ...interrupt import deferred, interrupt_pending
 
 
 @derived_object
 class StopWhenExhausted(PySearchStrategy):
     """Delegates to `inner` (any SearchStrategy); returns None once a batch came back short or empty."""
 
-    def __init__(self, inner: SearchStrategy) -> None:
+    def __init__(self, inner: SearchStrategy, errors: dict[str, str] | None = None) -> None:
         self.inner, self.per_iter, self.exhausted = inner, 0, False
+        self.task, self.errors = "", errors if errors is not None else {}
 
     def _initialize_with_tune_context(self, context) -> None:
+        self.task = str(context.task_name or "")
         self.inner._initialize_with_tune_context(context)
 
     def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database: Database | None = None,
@@ -40,8 +47,19 @@ class StopWhenExhausted(PySearchStrategy):
         if self.exhausted:
             return None
         # Ctrl-C during evolutionary search's parallel rating would terminate the process: it waits for the round.
-        with deferred():
-            candidates = self.inner.generate_measure_candidates()
+        try:
+            with deferred():
+                candidates = self.inner.generate_measure_candidates()
+        except Exception as err:  # noqa: BLE001 - one kernel's failed search must not end the other kernels' tuning
+            if interrupt_pending():  # Ctrl-C that TVM passed on as another error: still a stop
+                raise
+            lines = [line for line in str(err).splitlines() if line.strip()]
+            error = f"{type(err).__name__}: {lines[-1].strip() if lines else ''}"
+            self.errors[self.task] = error
+            self.exhausted = True
+            print(f"  {self.task or 'a task'}: its search failed ({error}); the task ends with what it measured, "
+                  "the other kernels go on", flush=True)
+            return None
         if candidates is None or len(candidates) == 0:
             return None
         self.exhausted = len(candidates) < self.per_iter
@@ -51,4 +69,4 @@ class StopWhenExhausted(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> "StopWhenExhausted":
-        return StopWhenExhausted(self.inner.clone())
+        return StopWhenExhausted(self.inner.clone(), self.errors)
