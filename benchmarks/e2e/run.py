@@ -37,6 +37,7 @@ from tvm_rl.tune.tasks import check_local_device, records_per_workload, tune_mod
 from . import archive as e2e_archive
 from .budget import BUDGET_ARMS, tune_budget
 from .hf import HF_MODELS, load_model
+from .seeds import format_seed_table, seed_summary
 from .table import BASELINE_ARM, DEFAULT, INDUCTOR, ORT, TORCH, format_table, plot, table_rows, variant_key
 
 MODELS = ["resnet18", "mobilenet_v2", "bert"]
@@ -394,6 +395,10 @@ def _tune_and_time(args, arms: list[str], target, out: Path, state: dict[str, An
         else:
             print(f"[{name}] nothing new tuned: timing kept from {out} (--retime to time again)")
         print(format_table(name, entry, settings), flush=True)
+        entry["over_seeds"] = seed_summary(entry)
+        if entry["over_seeds"]:
+            print(format_seed_table(name, entry["over_seeds"]), flush=True)
+            _save(out, state)
     plot(state, out.with_suffix(".png"))
     cost = state["cost"]
     print(f"\ncost so far: tuning {cost['tuning_s']:.0f} s, timing {cost['timing_s']:.0f} s; "
