@@ -270,6 +270,8 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
     entry["measurements"], library_records = record_counts(folder)
     if library_records:
         entry["from_library"] = library_records
+    if report.search_errors:  # kernels whose search failed and ended early (kept over sittings)
+        entry["search_errors"] = {**entry.get("search_errors", {}), **report.search_errors}
     return database, entry, bool(report.tuned)
 
 

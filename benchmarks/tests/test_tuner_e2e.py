@@ -13,6 +13,7 @@ from benchmarks.e2e import archive as arch
 from benchmarks.e2e import run as e2e
 from tvm_rl.database import RECORDS, WORKLOADS
 from tvm_rl.errors import TuningInterrupted
+from tvm_rl.tune.tasks import TuneReport
 
 
 def test_default_arms_add_the_pretrained_ones_only_with_a_cost_model():
@@ -193,6 +194,23 @@ def test_a_sitting_stopped_by_ctrl_c_still_adds_its_seconds_and_the_run_is_marke
     assert 10.04 <= run["tuning_s"] < 10.19 and run["sittings"] == 2
     assert run["interrupted"] is True and run["measurements"] == 2 and run["load"] == {"busy": False}
     assert previous["tuning_s"] == 10.0  # the caller's entry is not changed behind its back
+
+
+def test_kernels_whose_search_failed_are_named_in_the_run_over_sittings(tmp_path, monkeypatch):
+    folder = fake_run(tmp_path / "run", 2)
+    failed = iter([{"conv2d251": "RuntimeError: a"}, {"conv2d291": "RuntimeError: b"}])
+
+    def tune_model(mod, target, work_dir, *, before_tuning, **kwargs):
+        return None, TuneReport(tasks=3, tuned=["x"], seconds=1.0, search_errors=next(failed))
+
+    monkeypatch.setattr(e2e, "tune_model", tune_model)
+    monkeypatch.setattr(e2e, "records_per_workload", lambda database: {1: 2})
+    args = argparse.Namespace(load_wait=1.0, max_load=None, seeds=1, cost_model=None, op_filter=None)
+    run = {"arm": "evolutionary", "trials": 64, "seed": 0, "work_dir": str(folder), "tuning_s": 0.0, "sittings": 0,
+           "failures": 0}
+    for _ in range(2):
+        _, run, _ = e2e.tune_run(SimpleNamespace(mod=None), None, folder, "evolutionary", 64, 0, args, run, None)
+    assert run["search_errors"] == {"conv2d251": "RuntimeError: a", "conv2d291": "RuntimeError: b"}
 
 
 def test_ctrl_c_ends_the_benchmark_with_one_line_saying_how_to_resume(tmp_path, monkeypatch, capsys):
