@@ -59,24 +59,24 @@ def evaluate(kernels: list[Kernel], arms: list[str], seeds: int, by: str, k: int
         rated = [i for i in held if len(kernels[i].data.valid) >= min_valid]
         if not rated:
             continue
-        train_set = [kernels[i].data for i in range(len(kernels)) if i not in set(held)]
+        held_out = set(held)
+        train_set = [kernels[i].data for i in range(len(kernels)) if i not in held_out]
         if not any(len(d.valid) for d in train_set):
             write(f"  fold {fold}: every kernel is held out, nothing to train on (skipped)")
             continue
         for arm_name in arms:
-            for seed in range(seeds if arm_name in ("mlp", "xgb-rank", "random") else 1):
+            for seed in range(seeds if make_arm(arm_name).seeded else 1):
                 began = time.perf_counter()
                 arm = make_arm(arm_name)
                 arm.fit(train_set, seed)
                 for i in rated:
                     data = kernels[i].data
-                    first, later = np.arange(k), np.arange(k, len(data))
+                    own, rest = data.subset(np.arange(k)), data.subset(np.arange(k, len(data)))
                     row = {"fold": fold, "kernel": data.name, "arm": arm_name, "seed": seed,
                            "records": len(data), "valid": int(len(data.valid)),
                            "zero-shot": rank_metrics(arm.score(data.features), data.seconds, TOP)}
-                    if len(later) > TOP and len(data.subset(first).valid) > 1:
-                        online, rest = arm.updated(data.subset(first)), data.subset(later)
-                        row["online"] = rank_metrics(online.score(rest.features), rest.seconds, TOP)
+                    if len(rest) > TOP and len(own.valid) > 1:
+                        row["online"] = rank_metrics(arm.updated(own).score(rest.features), rest.seconds, TOP)
                     rows.append(row)
                 write(f"  fold {fold}: {arm_name} seed {seed} trained on {len(train_set)} kernels, rated "
                       f"{len(rated)} [{time.perf_counter() - began:.0f} s]")

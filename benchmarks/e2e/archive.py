@@ -127,9 +127,10 @@ class RunRecords:
         if not lines:
             return 0
         start = self.count if len(lines) >= self.count else 0  # fewer than archived: tuned afresh, start over
-        exhausted = TuningDatabase(self.folder).read_exhausted()
+        tuning = TuningDatabase(self.folder)
+        exhausted = tuning.read_exhausted()
         # Records a schedule library gave unmeasured: a restored run must not count them as measured.
-        from_library = TuningDatabase(self.folder).read_from_library() or None
+        from_library = tuning.read_from_library() or None
         if start == len(lines) and exhausted == self.exhausted and from_library == self.from_library:
             return 0
         text, sha = self._workloads_text()

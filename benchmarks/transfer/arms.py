@@ -1,6 +1,6 @@
 """The transfer cost models compared by `benchmarks/transfer_models.py` (issue 68 item 4), each behind one small
 interface: `fit(train, seed)` on other kernels' measured schedules, `score(features)` (higher: predicted faster),
-and `update(own)`, the online step a tuning run takes on a kernel's first measured records.
+and `updated(own)`, a copy after the online step a tuning run takes on a kernel's first measured records.
 
 - `xgb`: the shipped form (`tvm_rl.tune.corpus.train`): MetaSchedule's XGBModel objective (pack-sum regression on
   per-kernel normalised speed), refined online with 20 trees as the tuner refines it.
@@ -40,6 +40,7 @@ class Arm:
     """A cost model: fitted once per fold, copied and updated per held-out kernel."""
 
     name = ""
+    seeded = False  # whether `fit`'s seed changes the model (then each seed is a run of its own)
 
     def fit(self, train_set: Sequence[WorkloadFeatures], seed: int) -> None:
         raise NotImplementedError
@@ -85,6 +86,7 @@ def summed(features: Sequence[np.ndarray]) -> np.ndarray:
 
 class RankArm(Arm):
     name = "xgb-rank"
+    seeded = True  # row and column subsampling
 
     def __init__(self, booster: Any = None, seed: int = 0) -> None:
         self.booster, self.seed = booster, seed
@@ -122,6 +124,7 @@ class RankArm(Arm):
 
 class MLPArm(Arm):
     name = "mlp"
+    seeded = True
     batch, lr, weight_decay, epochs, incremental_epochs, clip, test_split = 128, 7e-4, 1e-6, 50, 5, 0.5, 0.2
 
     def __init__(self, model: Any = None, norm: Any = None, seed: int = 0) -> None:
@@ -220,6 +223,7 @@ class MLPArm(Arm):
 
 class RandomArm(Arm):
     name = "random"
+    seeded = True
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = np.random.default_rng(seed)
