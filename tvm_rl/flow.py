@@ -133,7 +133,7 @@ class _Round:
     tuned_ms: float = 0.0
 
 
-def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning: TuningDatabase, policy, steps: int,
+def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning: TuningDatabase | None, policy, steps: int,
              seconds: float, seed: int, fast_math: bool) -> tuple[tvm.IRModule, object]:
     """The graph pass on `mod`, priced by the roofline fitted to `tuning`'s tuned kernels (nominal when there
     are none); (rewritten module, the pass's report)."""
@@ -146,6 +146,21 @@ def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning: TuningDatabas
                        cost=roofline_cost(proxy_roofline(target, tuning)), fast_math=fast_math)
     out = rl(mod)
     return out, rl.last_report
+
+
+def graph_stage(mod: tvm.IRModule, target: tvm.target.Target | str, tuning: str | Path | TuningDatabase | None = None,
+                policy=None, rewrite_steps: int = defaults.MAX_STEPS,
+                rewrite_seconds: float = defaults.TIME_BUDGET_S, seed: int = 0,
+                fast_math: bool | None = None) -> tuple[tvm.IRModule, object]:
+    """The module `optimize`'s first round tunes and builds: `mod` rewritten by the graph pass (priced by the
+    records of `tuning`, a tuning folder, where it has any), then with erf/exp/tanh approximated where `fast_math`
+    (None: `fast_math.default_for(target)`). Returns (module, the graph pass's report). Usable alone, e.g. to tune
+    the graph `optimize` would with another tuner."""
+    target = measure.parse_target(target)
+    fast = fast_math_default(target) if fast_math is None else bool(fast_math)
+    folder = tuning if isinstance(tuning, TuningDatabase) or tuning is None else TuningDatabase(tuning)
+    out, report = _rewrite(mod, target, folder, policy, rewrite_steps, rewrite_seconds, seed, fast)
+    return (lower_fast_math(out) if fast else out), report
 
 
 def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Sequence | None = None,
@@ -210,10 +225,10 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
         mod, rl_report = m.mod, None
         if rewrite:
             t = time.perf_counter()
-            mod, rl_report = _rewrite(m.mod, target, tuning, policy, rewrite_steps, rewrite_seconds, seed,
-                                      report.fast_math)
+            mod, rl_report = graph_stage(m.mod, target, tuning, policy, rewrite_steps, rewrite_seconds, seed,
+                                         report.fast_math)
             seconds["graph pass" + (f" {r + 1}" if r else "")] = time.perf_counter() - t
-        if report.fast_math:
+        elif report.fast_math:
             mod = lower_fast_math(mod)
         # (without rewriting there is one round, and nothing to compare with)
         same = next((i for i, c in enumerate(rounds) if tvm_ffi.structural_equal(c.mod, mod)), None)

@@ -11,6 +11,9 @@
   `tvm-rl optimize` does by default with the shipped one: the library's records of the model's exact kernels
   applied unmeasured, and up to half of each kernel's first batch its schedules for that kind of kernel, moved to
   the kernel's shapes.
+- `budget-optimize`: what `tvm-rl optimize --budget N` runs as a whole: the graph pass (its default rule, with
+  fast math on CPU: `tvm_rl.flow.graph_stage`) first, then `budget-ours-library` on the rewritten graph. The other
+  arms tune the model as imported, so they differ in kernel tuning alone; this one says what a user gets.
 - `budget-ours-library-exact`: the ablation of `budget-ours-library` without moved schedules: only the library's
   records of exact kernels applied unmeasured, then `budget-ours`.
 - `budget-ms-droplet` / `budget-ours-droplet`: `budget-metaschedule` / `budget-ours` with the last DROPLET_SHARE
@@ -25,10 +28,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import tvm
 import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 
-from tvm_rl.database import TuningDatabase
+from tvm_rl.database import RECORDS, TuningDatabase
+from tvm_rl.flow import graph_stage
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.library import ScheduleLibrary
 from tvm_rl.tune.measure_callback import AfterBatch
@@ -51,9 +56,32 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-ms-droplet": ("evolutionary", False, "metaschedule+droplet"),
                "budget-ours-droplet": ("evolutionary", True, "latency-share+droplet"),
                "budget-ours-library": ("evolutionary", True, "latency-share+library"),
-               "budget-ours-library-exact": ("evolutionary", True, "latency-share+library-exact")}
+               "budget-ours-library-exact": ("evolutionary", True, "latency-share+library-exact"),
+               "budget-optimize": ("evolutionary", True, "latency-share+library")}
+GRAPH_ARMS = {"budget-optimize"}  # arms that tune (and build) the graph pass's module, not the model as imported
+GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
 DROPLET_SHARE = 0.25  # of a budget-*-droplet arm's N, left to Droplet after the first stage
+
+
+def arm_module(arm: str, mod: tvm.IRModule, target, folder: Path, seed: int = 0) -> tvm.IRModule:
+    """The module arm `arm` tunes and builds: `mod` itself, or for a GRAPH_ARMS arm the graph stage's module, made
+    once and kept in `folder` (the graph pass stops at a time budget, so running it again may choose another
+    graph, whose kernels the run's records would not match)."""
+    if arm not in GRAPH_ARMS:
+        return mod
+    path = Path(folder) / GRAPH_FILE
+    if path.is_file():
+        return tvm.ir.load_json(path.read_text())
+    rewritten, _ = graph_stage(mod, target, seed=seed)
+    if (Path(folder) / RECORDS).is_file():  # restored from the archive, which does not keep the graph
+        print(f"WARNING: {folder} has records but not the graph they were tuned for ({GRAPH_FILE}); the graph pass "
+              "ran again, and kernels of a graph it chose differently stay untuned", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(tvm.ir.save_json(rewritten))
+    tmp.replace(path)
+    return rewritten
 
 
 def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, trials_per_iter: int, cost_model,

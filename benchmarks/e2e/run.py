@@ -35,7 +35,7 @@ from tvm_rl.tune.cost_model import from_spec
 from tvm_rl.tune.tasks import check_local_device, records_per_workload, tune_model
 
 from . import archive as e2e_archive
-from .budget import BUDGET_ARMS, tune_budget
+from .budget import BUDGET_ARMS, arm_module, tune_budget
 from .hf import HF_MODELS, load_model
 from .seeds import format_seed_table, seed_summary
 from .table import BASELINE_ARM, DEFAULT, INDUCTOR, ORT, TORCH, format_table, plot, table_rows, variant_key
@@ -111,17 +111,20 @@ def _tvm_variant(mod, target, inputs, reference, database, passes: int, budget_s
             lambda: runner.time(inputs, warmup=warmup, repeat=repeat).median_ms)
 
 
-def time_model(model: models.Model, target, databases: dict[str, Any], args, scratch: Path) -> dict[str, Any]:
-    """Build every variant of one model, check the tuned ones, and time all of them (PyTorch and ORT with
-    benchmarks/baseline.py's own functions) in interleaved passes."""
+def time_model(model: models.Model, target, databases: dict[str, Any], args, scratch: Path,
+               modules: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build every variant of one model (`modules[key]` where a run tuned another module than the model's, e.g.
+    the graph pass's), check the tuned ones, and time all of them (PyTorch and ORT with benchmarks/baseline.py's
+    own functions) in interleaved passes."""
+    modules = modules or {}
     start = time.perf_counter()
     gpu = measure.is_gpu(target)
     reference = model.reference_outputs()
     records, timers = {}, {}
     for key, database in {DEFAULT: None, **databases}.items():
         print(f"[{model.name}] building and checking {key} ...", flush=True)
-        records[key], timers[key] = _tvm_variant(model.mod, target, model.inputs, reference, database, args.passes,
-                                                 args.budget_s)
+        records[key], timers[key] = _tvm_variant(modules.get(key, model.mod), target, model.inputs, reference,
+                                                 database, args.passes, args.budget_s)
         if records[key].get("correct") is False:
             print(f"[{model.name}] WARNING: {key}'s outputs differ from the reference "
                   f"(max abs error {records[key]['max_abs_err']:.3g})", flush=True)
@@ -245,7 +248,8 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
 
     try:
         if arm in BUDGET_ARMS:  # N is the whole model's measurements
-            database, report = tune_budget(arm, model.mod, target, folder, trials, seed, TRIALS_PER_ITER, cost_model,
+            mod = arm_module(arm, model.mod, target, folder, seed)
+            database, report = tune_budget(arm, mod, target, folder, trials, seed, TRIALS_PER_ITER, cost_model,
                                            args.op_filter, wait_for_quiet_cores, after_batch, args.library)
         else:
             database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials,
@@ -381,7 +385,9 @@ def _tune_and_time(args, arms: list[str], target, out: Path, state: dict[str, An
                     _save(out, state)
         # Runs of earlier invocations (other N or arms), and runs of this one whose folder is gone, are built from
         # their folders, or from the archive where a folder is gone, and timed with these.
+        modules = {}
         for key, run in entry["runs"].items():
+            modules[key] = arm_module(run["arm"], model.mod, target, Path(run["work_dir"]), run["seed"])
             if key not in databases:
                 # Either may have been made before the archive kept it.
                 e2e_archive.RunRecords(archive, name, key, Path(run["work_dir"])).flush()
@@ -391,7 +397,7 @@ def _tune_and_time(args, arms: list[str], target, out: Path, state: dict[str, An
         if tuned_now or args.retime or set(saved) != {DEFAULT, TORCH, ORT, *([INDUCTOR] if args.inductor else []),
                                                       *databases}:
             load = bench_runs.wait_for_cores(args.load_wait, args.max_load)
-            entry["timing"] = time_model(model, target, databases, args, scratch)
+            entry["timing"] = time_model(model, target, databases, args, scratch, modules)
             entry["timing"]["load"] = load
             _save(out, state)
         else:

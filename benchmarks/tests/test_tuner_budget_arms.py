@@ -48,7 +48,7 @@ def test_each_budget_arm_spends_its_budget_and_a_rerun_spends_nothing(tmp_path):
     for arm in BUDGET_ARMS:  # budget-ours first: the library arm starts from its records
         folder = tmp_path / arm
         library, applied = None, 0
-        if arm.startswith("budget-ours-library"):
+        if BUDGET_ARMS[arm][2].startswith("latency-share+library"):
             built = build_library([tmp_path / "budget-ours"], tmp_path / "library.jsonl.gz")
             library, applied = built.path, len(built.workloads())
             assert applied >= 1
@@ -64,3 +64,43 @@ def test_each_budget_arm_spends_its_budget_and_a_rerun_spends_nothing(tmp_path):
 def test_metaschedule_arm_refuses_nothing_when_the_budget_is_spent(tmp_path):
     _, report = tune_like_metaschedule(_two_matmuls(), host_cpu_target(), tmp_path, 0, 0)
     assert report.measured == 0 and report.tasks >= 1
+
+
+@pytest.mark.slow
+def test_the_optimize_arm_tunes_and_times_the_graph_pass_module_made_once(tmp_path, monkeypatch):
+    import numpy as np
+
+    from benchmarks.e2e import budget
+    from tvm_rl import measure, models
+
+    model, target = models.load("resnet18", "tiny"), host_cpu_target()
+    assert "batch_norm" in model.mod.script()
+    assert budget.arm_module("budget-ours-library", model.mod, target, tmp_path / "plain") is model.mod
+    folder = tmp_path / "optimize"
+    mod = budget.arm_module("budget-optimize", model.mod, target, folder)
+    assert (folder / budget.GRAPH_FILE).is_file()
+    assert "batch_norm" not in mod.script()  # the graph pass folded them, as `tvm-rl optimize` does
+    out = measure.Runner(measure.build(mod, target), target)(model.inputs)
+    expected = measure.Runner(measure.build(model.mod, target), target)(model.inputs)
+    for a, b in zip(out, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+    def no_second_pass(*args, **kwargs):
+        raise AssertionError("the graph pass ran again for a run that has its graph")
+
+    monkeypatch.setattr(budget, "graph_stage", no_second_pass)
+    assert tvm_ffi.structural_equal(budget.arm_module("budget-optimize", model.mod, target, folder), mod)
+
+    # The timing builds each run from its own module.
+    built = {}
+
+    def variant(mod, *args):
+        built[len(built)] = mod
+        return {}, lambda: 1.0
+
+    monkeypatch.setattr(e2e, "_tvm_variant", variant)
+    monkeypatch.setattr(e2e.bench, "time_torch", lambda *a: {"ms": 1.0})
+    monkeypatch.setattr(e2e.bench, "OrtTimer", lambda *a: (lambda: 1.0))
+    args = e2e._parser(None).parse_args(["--passes", "1"])
+    e2e.time_model(model, target, {"budget-optimize/N8/s0": None}, args, tmp_path, {"budget-optimize/N8/s0": mod})
+    assert built[0] is model.mod and built[1] is mod  # TVM default, then the run
