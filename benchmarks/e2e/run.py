@@ -225,8 +225,9 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
     """Tune one (model, arm, N, seed) into `folder`, resuming; returns its database, its JSON entry (sittings
     added up, and the load seen when it waited for quiet cores before tuning) and whether anything was tuned now.
     A run whose kernels are all tuned already neither waits nor tunes. `after_batch` is called after every
-    measured batch (the benchmark archives the batch's records there). When Ctrl-C or SIGTERM stops it part-way,
-    `on_interrupt` gets the entry with this sitting's seconds added before the interrupt is raised on."""
+    measured batch (the benchmark archives the batch's records there). When Ctrl-C, SIGTERM or an error stops it
+    part-way, `on_interrupt` gets the entry with this sitting's seconds added (and an error's line under "crashed")
+    before the exception is raised on."""
     load: dict[str, Any] = {}
     started: list[float] = []
 
@@ -256,15 +257,18 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
                                           trials_per_iter=TRIALS_PER_ITER, strategy=strategy, seed=seed,
                                           op_filter=args.op_filter, cost_model=cost_model,
                                           before_tuning=wait_for_quiet_cores, after_batch=after_batch)
-    except KeyboardInterrupt:
-        # A sitting cut short still spent its seconds: without them a run that took several sittings would look
-        # cheaper than it was.
+    except BaseException as err:
+        # A sitting cut short (Ctrl-C, a kill, or a crash) still spent its seconds: without them a run that took
+        # several sittings would look cheaper than it was.
         if started and on_interrupt is not None:
             add_sitting(time.perf_counter() - started[0])
             entry["interrupted"] = True
+            if not isinstance(err, KeyboardInterrupt):
+                entry["crashed"] = f"{type(err).__name__}: {err}"[:300]
             on_interrupt(entry)
         raise
     entry.pop("interrupted", None)
+    entry.pop("crashed", None)
     # Kernels with measured records, from the database: a budget run's report names every kernel it could have
     # tuned, and a resumed run with nothing left to tune names none.
     entry.update(kernels=report.tasks, tuned_kernels=len(records_per_workload(database)))

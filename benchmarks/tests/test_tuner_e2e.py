@@ -170,12 +170,13 @@ def test_a_discarded_run_leaves_the_json_and_the_archive_and_its_folder_is_kept_
     assert arch.restore_all(archive, "bert", "evolutionary/N64/s0", tmp_path / "again") == 1
 
 
-def interrupted_tuning(folder, seconds=0.05):
-    """A tune_model that waits for quiet cores, measures for `seconds`, and is then stopped by Ctrl-C."""
+def interrupted_tuning(folder, seconds=0.05, error=None):
+    """A tune_model that waits for quiet cores, measures for `seconds`, and is then stopped by Ctrl-C (or raises
+    `error`)."""
     def tune_model(mod, target, work_dir, *, before_tuning, **kwargs):
         before_tuning()
         time.sleep(seconds)
-        raise TuningInterrupted(f"interrupted; rerun to resume from {work_dir}")
+        raise error or TuningInterrupted(f"interrupted; rerun to resume from {work_dir}")
     return tune_model
 
 
@@ -194,6 +195,21 @@ def test_a_sitting_stopped_by_ctrl_c_still_adds_its_seconds_and_the_run_is_marke
     assert 10.04 <= run["tuning_s"] < 10.19 and run["sittings"] == 2
     assert run["interrupted"] is True and run["measurements"] == 2 and run["load"] == {"busy": False}
     assert previous["tuning_s"] == 10.0  # the caller's entry is not changed behind its back
+
+
+def test_a_sitting_that_crashed_still_adds_its_seconds_and_names_the_error(tmp_path, monkeypatch):
+    folder = fake_run(tmp_path / "run", 2)
+    monkeypatch.setattr(e2e, "tune_model", interrupted_tuning(folder, error=RuntimeError("int32 overflow")))
+    monkeypatch.setattr(e2e.bench_runs, "wait_for_cores", lambda wait, threshold: {"busy": False})
+    args = argparse.Namespace(load_wait=1.0, max_load=None, seeds=1, cost_model=None, op_filter=None)
+    kept = []
+    previous = {"arm": "evolutionary", "trials": 64, "seed": 0, "work_dir": str(folder), "tuning_s": 10.0,
+                "sittings": 1, "failures": 0}
+    with pytest.raises(RuntimeError, match="int32"):
+        e2e.tune_run(SimpleNamespace(mod=None), None, folder, "evolutionary", 64, 0, args, previous, None, kept.append)
+    (run,) = kept
+    assert 10.04 <= run["tuning_s"] < 10.19 and run["sittings"] == 2 and run["interrupted"] is True
+    assert run["crashed"] == "RuntimeError: int32 overflow"
 
 
 def test_kernels_whose_search_failed_are_named_in_the_run_over_sittings(tmp_path, monkeypatch):
