@@ -14,6 +14,11 @@
 - `budget-optimize`: what `tvm-rl optimize --budget N` runs as a whole: the graph pass (its default rule, with
   fast math on CPU: `tvm_rl.flow.graph_stage`) first, then `budget-ours-library` on the rewritten graph. The other
   arms tune the model as imported, so they differ in kernel tuning alone; this one says what a user gets.
+- `budget-ms-static`: `budget-metaschedule` on the module TVM's own tuning pipeline
+  (`relax.pipeline.static_shape_tuning_pipeline`) tunes: batch norms decomposed for inference
+  (`DecomposeOpsForInference`), so that their arithmetic folds into constants and fuses into the convolutions'
+  kernels. MetaSchedule's users who tune through that pipeline get this; `budget-metaschedule` tunes the model as
+  imported, with each batch norm a kernel of its own.
 - `budget-ours-library-exact`: the ablation of `budget-ours-library` without moved schedules: only the library's
   records of exact kernels applied unmeasured, then `budget-ours`.
 - `budget-ms-droplet` / `budget-ours-droplet`: `budget-metaschedule` / `budget-ours` with the last DROPLET_SHARE
@@ -57,8 +62,10 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-ours-droplet": ("evolutionary", True, "latency-share+droplet"),
                "budget-ours-library": ("evolutionary", True, "latency-share+library"),
                "budget-ours-library-exact": ("evolutionary", True, "latency-share+library-exact"),
-               "budget-optimize": ("evolutionary", True, "latency-share+library")}
-GRAPH_ARMS = {"budget-optimize"}  # arms that tune (and build) the graph pass's module, not the model as imported
+               "budget-optimize": ("evolutionary", True, "latency-share+library"),
+               "budget-ms-static": ("evolutionary", False, "metaschedule")}
+# arms that tune (and build) another module than the model as imported: the graph pass's, or TVM's tuning pipeline's
+GRAPH_ARMS = {"budget-optimize", "budget-ms-static"}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
 DROPLET_SHARE = 0.25  # of a budget-*-droplet arm's N, left to Droplet after the first stage
@@ -73,7 +80,7 @@ def arm_module(arm: str, mod: tvm.IRModule, target, folder: Path, seed: int = 0)
     path = Path(folder) / GRAPH_FILE
     if path.is_file():
         return tvm.ir.load_json(path.read_text())
-    rewritten, _ = graph_stage(mod, target, seed=seed)
+    rewritten = graph_stage(mod, target, seed=seed)[0] if arm == "budget-optimize" else static_shape_stage(mod)
     if (Path(folder) / RECORDS).is_file():  # restored from the archive, which does not keep the graph
         print(f"WARNING: {folder} has records but not the graph they were tuned for ({GRAPH_FILE}); the graph pass "
               "ran again, and kernels of a graph it chose differently stay untuned", flush=True)
@@ -82,6 +89,15 @@ def arm_module(arm: str, mod: tvm.IRModule, target, folder: Path, seed: int = 0)
     tmp.write_text(tvm.ir.save_json(rewritten))
     tmp.replace(path)
     return rewritten
+
+
+def static_shape_stage(mod: tvm.IRModule) -> tvm.IRModule:
+    """What `relax.pipeline.static_shape_tuning_pipeline` does to a module before its kernel stage (which is ours:
+    legalise, fold constants, fuse, mark weights layout-free): decompose batch norms for inference."""
+    from tvm import relax
+
+    return tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
+                                     relax.transform.CanonicalizeBindings()])(mod)
 
 
 def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, trials_per_iter: int, cost_model,

@@ -1,6 +1,7 @@
 """The end-to-end benchmark over seeds: for each (arm, N) tuned with two or more seeds, its geometric-mean latency
-and speedups with 95% bootstrap intervals over seeds, against MetaSchedule's budget arm at every N it was run at
-(paired by seed where N is the same, resampled independently where it is not), PyTorch and ONNX Runtime.
+and speedups with 95% bootstrap intervals over seeds, against MetaSchedule's budget arms (on the model as imported,
+and on TVM's tuning pipeline's module) at every N they were run at (paired by seed where N is the same and two seeds
+are shared, resampled independently where not), PyTorch and ONNX Runtime.
 
 Read from one model's entry of the benchmark's JSON (all builds timed in one interleaved timing), so ratios
 are within one timing. With three seeds an interval says how much the answer moves with the seed, no more.
@@ -15,6 +16,9 @@ import numpy as np
 from .table import BUDGET_BASELINE_ARM, ORT, TORCH
 
 N_BOOT = 2000
+# MetaSchedule's arms every (arm, N) is compared with: on the model as imported, and on TVM's tuning pipeline's module
+COMPARED = {BUDGET_BASELINE_ARM: "vs_metaschedule", "budget-ms-static": "vs_ms_static"}
+LABELS = {"vs_metaschedule": "vs MetaSchedule", "vs_ms_static": "vs MetaSchedule (TVM's tuning pipeline)"}
 
 
 def _interval(draw, n_boot: int = N_BOOT, seed: int = 0) -> list[float]:
@@ -41,7 +45,8 @@ def groups(entry: dict[str, Any]) -> dict[tuple[str, int], dict[int, float]]:
 
 def seed_summary(entry: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per (arm, N) with >= 2 seeds: seeds, geomean ms [CI], and speedups [CI] over MetaSchedule's budget
-    arm at each of its N (`vs_metaschedule`: {N: [point, low, high]}), PyTorch and ORT (> 1: faster)."""
+    arms at each of their N (`vs_metaschedule`, `vs_ms_static`: {N: [point, low, high]}), PyTorch and ORT (> 1:
+    faster)."""
     timed = entry.get("timing", {}).get("variants", {})
     found = groups(entry)
     rows = []
@@ -52,15 +57,16 @@ def seed_summary(entry: dict[str, Any]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"arm": arm, "trials": n, "seeds": len(logs),
                                "ms": _interval(lambda rng: _resample(logs, rng).mean()), "vs_metaschedule": {}}
         for (base_arm, base_n), base_seeds in sorted(found.items()):
-            if base_arm != BUDGET_BASELINE_ARM or (base_arm, base_n) == (arm, n) or len(base_seeds) < 2:
+            field = COMPARED.get(base_arm)
+            if field is None or (base_arm, base_n) == (arm, n):
                 continue
             shared = sorted(set(by_seed) & set(base_seeds))
             if base_n == n and len(shared) >= 2:
                 paired = np.log([base_seeds[s] / by_seed[s] for s in shared])
-                row["vs_metaschedule"][base_n] = _interval(lambda rng: _resample(paired, rng).mean())
-            else:
+                row.setdefault(field, {})[base_n] = _interval(lambda rng: _resample(paired, rng).mean())
+            else:  # one seed of the baseline: the interval is this arm's spread over seeds alone
                 base_logs = np.log(list(base_seeds.values()))
-                row["vs_metaschedule"][base_n] = _interval(
+                row.setdefault(field, {})[base_n] = _interval(
                     lambda rng: _resample(base_logs, rng).mean() - _resample(logs, rng).mean())
         for ref, key in ((TORCH, "vs_torch"), (ORT, "vs_ort")):
             ref_ms = timed.get(ref, {}).get("ms")
@@ -80,7 +86,7 @@ def format_seed_table(name: str, rows: list[dict[str, Any]]) -> str:
 
     lines = [f"\n{name} over seeds: geomean, 95% bootstrap interval over seeds; speedups > 1: faster"]
     for r in rows:
-        vs_ms = "; ".join(f"vs MetaSchedule N={n} {ci(v)}" for n, v in r["vs_metaschedule"].items())
+        vs_ms = "; ".join(f"{LABELS[field]} N={n} {ci(v)}" for field in LABELS for n, v in r.get(field, {}).items())
         lines.append(f"{r['arm']} N={r['trials']} ({r['seeds']} seeds): {ci(r['ms'], ' ms')}"
                      + (f"; {vs_ms}" if vs_ms else "")
                      + f"; vs PyTorch {ci(r.get('vs_torch'))}; vs ORT {ci(r.get('vs_ort'))}")

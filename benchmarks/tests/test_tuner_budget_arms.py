@@ -67,7 +67,7 @@ def test_metaschedule_arm_refuses_nothing_when_the_budget_is_spent(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_optimize_arm_tunes_and_times_the_graph_pass_module_made_once(tmp_path, monkeypatch):
+def test_the_optimize_and_ms_static_arms_tune_and_time_their_module_made_once(tmp_path, monkeypatch):
     import numpy as np
 
     from benchmarks.e2e import budget
@@ -83,6 +83,12 @@ def test_the_optimize_arm_tunes_and_times_the_graph_pass_module_made_once(tmp_pa
     out = measure.Runner(measure.build(mod, target), target)(model.inputs)
     expected = measure.Runner(measure.build(model.mod, target), target)(model.inputs)
     for a, b in zip(out, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+    # MetaSchedule on TVM's tuning pipeline's module: batch norms decomposed, the same values.
+    static = budget.arm_module("budget-ms-static", model.mod, target, tmp_path / "static")
+    assert "batch_norm" not in static.script() and (tmp_path / "static" / budget.GRAPH_FILE).is_file()
+    for a, b in zip(measure.Runner(measure.build(static, target), target)(model.inputs), expected):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
     def no_second_pass(*args, **kwargs):

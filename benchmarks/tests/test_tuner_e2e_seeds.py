@@ -36,3 +36,14 @@ def test_speedups_over_seeds_are_paired_at_the_same_budget_and_unpaired_across_b
 def test_no_summary_without_two_seeds():
     assert seed_summary(_entry({("budget-ours", 256, 0): 20.0})) == []
     assert format_seed_table("m", []) == ""
+
+
+def test_metaschedule_on_tvms_tuning_pipeline_is_a_second_baseline_even_with_one_seed():
+    entry = _entry({("budget-optimize", 256, 0): 10.0, ("budget-optimize", 256, 1): 20.0,
+                    ("budget-ms-static", 1024, 0): 40.0})
+    (row,) = seed_summary(entry)
+    point, low, high = row["vs_ms_static"][1024]
+    assert point == pytest.approx(40.0 / math.sqrt(200.0), abs=1e-3)  # over the geomean of our seeds
+    assert low == pytest.approx(2.0) and high == pytest.approx(4.0)  # our spread over seeds alone
+    assert row["vs_metaschedule"] == {}
+    assert "vs MetaSchedule (TVM's tuning pipeline) N=1024 2.83x" in format_seed_table("m", [row])
