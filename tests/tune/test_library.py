@@ -199,3 +199,23 @@ def test_the_shipped_cpu_library_reads_and_names_its_targets():
     shipped = open_library("shipped", "llvm")
     assert len(shipped) > 0 and all(json.loads(e.target)["kind"] == "llvm" for e in shipped.entries)
     assert ("conv2d_nchw", "pad_temp") in {e.kind for e in shipped.entries}
+
+
+def test_a_library_grows_by_merging_it_with_new_databases(corpus, tmp_path, capsys):
+    from tvm_rl.cli import main
+
+    out = tmp_path / "lib.jsonl.gz"
+    first = build_library([corpus.database("matmul16")], out, top=2)
+    assert len(first.workloads()) == 1
+    # The library itself as a source, written over: its schedules kept, the new database's added, none twice.
+    assert main(["library", "build", str(corpus.database("matmul32").path), str(out), "--out", str(out),
+                 "--top", "2"]) == 0
+    assert "from 1 database(s) and 1 library file(s)" in capsys.readouterr().out
+    grown = ScheduleLibrary(out)
+    assert len(grown.workloads()) == 2 and len(grown) == 4
+    again = build_library([corpus.database("matmul16")], tmp_path / "again.jsonl.gz", top=2, libraries=[grown])
+    assert len(again) == 4  # the same schedules from both: kept once
+    assert sorted(e.seconds for e in again.entries) == sorted(e.seconds for e in grown.entries)
+    (tmp_path / "junk.jsonl.gz").write_text("not a library")
+    assert main(["library", "build", str(tmp_path / "junk.jsonl.gz"), "--out", str(out)]) == 2
+    assert "is not a gzip'd schedule library" in capsys.readouterr().err

@@ -81,13 +81,19 @@ def _func(mod: tvm.IRModule) -> Any:
 
 
 def build_library(sources: Iterable[str | os.PathLike | TuningDatabase], out: str | os.PathLike,
-                  top: int = 4) -> ScheduleLibrary:
-    """Write the best `top` distinct schedules of every (workload, target) in the tuning databases `sources` to the
-    library file `out` (gzip'd JSON lines) and return it. Failed records are left out."""
+                  top: int = 4, libraries: Iterable[ScheduleLibrary | str | os.PathLike] = ()) -> ScheduleLibrary:
+    """Write the best `top` distinct schedules of every (workload, target) in the tuning databases `sources` and the
+    schedule libraries `libraries` (merged: a library grows run by run) to the library file `out` (gzip'd JSON
+    lines) and return it. Failed records are left out."""
     if top < 1:
         raise LibraryError(f"a library keeps at least one schedule per workload (got top={top})")
     best: dict[tuple[int, str], list[tuple[float, str, Any]]] = {}
     info: dict[int, tuple[tuple[str, ...], tuple[tuple[int, ...], ...]]] = {}
+    for library in libraries:  # read before `out` is written: it may be one of them
+        for entry in (library if isinstance(library, ScheduleLibrary) else ScheduleLibrary(library)).entries:
+            info.setdefault(entry.workload, (entry.kind, entry.shapes))
+            best.setdefault((entry.workload, entry.target), []).append(
+                (entry.seconds, json.dumps(entry.trace), entry.trace))
     for source in sources:
         database = open_database(source)
         for record in database.get_all_tuning_records():
