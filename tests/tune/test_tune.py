@@ -62,6 +62,18 @@ def test_a_failed_search_ends_its_task_with_the_error_named_and_not_the_run(caps
         StopWhenExhausted(Raises([]))._inst.generate_measure_candidates()
 
 
+def test_a_knob_space_strategy_keeps_its_short_batches_and_a_failed_search_still_ends_only_its_task():
+    knobs = StopWhenExhausted(FakeStrategy([8, 3, 8]), end_when_short=False)._inst
+    knobs.pre_tuning(64, 8, [], None, None)
+    assert [len(knobs.generate_measure_candidates()) for _ in range(3)] == [8, 3, 8]  # short on purpose: goes on
+    assert knobs.generate_measure_candidates() is None  # its own end
+    errors = {}
+    failing = StopWhenExhausted(Raises([]), errors, end_when_short=False)._inst.clone()._inst
+    failing._initialize_with_tune_context(SimpleNamespace(task_name="dense3"))
+    assert failing.generate_measure_candidates() is None and "dense3" in errors
+    assert failing.end_when_short is False  # clones keep the setting
+
+
 def test_tasks_follow_the_build_kernels(cpu):
     model = models.load("bert", "tiny")
     names = {t.task_name for t in extract_tasks(model.mod, cpu)}

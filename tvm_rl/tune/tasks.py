@@ -222,6 +222,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         # out ends (StopWhenExhausted).
         strategy = StopWhenExhausted(SkipMeasured(strategy), report.search_errors)
         resumed = any(done.get(key, 0) for key in keys)
+    else:  # the knob-space strategies end spent tasks themselves; a failed search still ends only its own task
+        strategy = StopWhenExhausted(strategy, report.search_errors, end_when_short=False)
     if budget is not None:
         strategy = BudgetCap(strategy, [remaining])  # the batch that reaches the budget is cut to what is left
     names = [name for name, _, _ in todo]

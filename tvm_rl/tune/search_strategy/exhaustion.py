@@ -6,8 +6,9 @@ candidate long before that, returns an empty batch, and the scheduler picks the 
 pick spending a full search (seconds to tens of seconds on a small CPU) for nothing. Evolutionary search
 proposes fewer candidates than asked only when it cannot find more distinct unmeasured ones, so this wrapper
 ends the task after such a short batch (or an empty one) instead of searching again; what was measured stays
-in the database. The knob-space strategies (`PPOSearch`, `SimulatedAnnealing`) need no wrapper: they return None
-themselves once no valid unmeasured point is left (`search_strategy.ppo`).
+in the database. The knob-space strategies (`PPOSearch`, `SimulatedAnnealing`) end spent tasks themselves (they return
+None once no valid unmeasured point is left, and may propose a short batch on purpose: `search_strategy.ppo`), so
+they are wrapped with `end_when_short=False`, for the error guard below alone.
 
 A search that raises (TVM's evolutionary search can fail inside its parallel mutation and rating, e.g. on an int32
 overflow of a mutated trace) ends its task the same way, with one line naming the task and the error, instead of
@@ -25,10 +26,12 @@ from ...interrupt import deferred, interrupt_pending
 
 @derived_object
 class StopWhenExhausted(PySearchStrategy):
-    """Delegates to `inner` (any SearchStrategy); returns None once a batch came back short or empty."""
+    """Delegates to `inner` (any SearchStrategy); returns None once its search failed, or (if `end_when_short`) once
+    a batch came back short or empty."""
 
-    def __init__(self, inner: SearchStrategy, errors: dict[str, str] | None = None) -> None:
-        self.inner, self.per_iter, self.exhausted = inner, 0, False
+    def __init__(self, inner: SearchStrategy, errors: dict[str, str] | None = None,
+                 end_when_short: bool = True) -> None:
+        self.inner, self.per_iter, self.exhausted, self.end_when_short = inner, 0, False, end_when_short
         self.task, self.errors = "", errors if errors is not None else {}
 
     def _initialize_with_tune_context(self, context) -> None:
@@ -60,6 +63,8 @@ class StopWhenExhausted(PySearchStrategy):
             print(f"  {self.task or 'a task'}: its search failed ({error}); the task ends with what it measured, "
                   "the other kernels go on", flush=True)
             return None
+        if not self.end_when_short:
+            return candidates
         if candidates is None or len(candidates) == 0:
             return None
         self.exhausted = len(candidates) < self.per_iter
@@ -69,4 +74,4 @@ class StopWhenExhausted(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> "StopWhenExhausted":
-        return StopWhenExhausted(self.inner.clone(), self.errors)
+        return StopWhenExhausted(self.inner.clone(), self.errors, self.end_when_short)
