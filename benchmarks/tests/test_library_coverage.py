@@ -1,33 +1,18 @@
 """benchmarks/library_coverage.py: counting the kernels a schedule library covers."""
-import tvm
-from tvm import relax
 from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
 from benchmarks.library_coverage import coverage
+from tests.support.kernels import relax_matmul
 from tvm_rl.database import TuningDatabase
 from tvm_rl.measure import host_cpu_target
 from tvm_rl.tune.library import build_library
 from tvm_rl.tune.tasks import model_workloads
 
 
-def _matmul(epilogue: bool) -> tvm.IRModule:
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((16, 32), "float32"))
-    w = relax.Var("w", relax.TensorType((32, 32), "float32"))
-    with bb.function("main", [x, w]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.matmul(x, w))
-            if epilogue:  # fused into the matmul's kernel: another workload, another kind
-                y = bb.emit(relax.op.nn.relu(y))
-            out = bb.emit_output(y)
-        bb.emit_func_output(out)
-    return bb.get()
-
-
 def test_exact_and_kind_matches_are_counted_and_an_epilogue_makes_another_kernel(tmp_path):
     target = host_cpu_target()
-    plain = _matmul(False)
+    plain = relax_matmul(None)
     ((_, kernel, _),) = model_workloads(plain, target)
     database = TuningDatabase(tmp_path / "db").open()
     sch = Schedule(kernel)
@@ -37,5 +22,5 @@ def test_exact_and_kind_matches_are_counted_and_an_epilogue_makes_another_kernel
     library = build_library([tmp_path / "db"], tmp_path / "lib.jsonl.gz")
     assert {k: v for k, v in coverage(library, plain, target).items() if k != "conv_kinds"} == \
         {"kernels": 1, "exact": 1, "kind": 1}
-    fused = coverage(library, _matmul(True), target)
+    fused = coverage(library, relax_matmul("relu"), target)
     assert (fused["kernels"], fused["exact"], fused["kind"]) == (1, 0, 0)

@@ -1,12 +1,11 @@
 """The end-to-end benchmark's whole-model budget arms (benchmarks/e2e/budget.py)."""
 import pytest
-import tvm
 import tvm_ffi
-from tvm import relax
 
 from benchmarks.e2e import run as e2e
 from benchmarks.e2e.budget import BUDGET_ARMS, tune_budget, tune_like_metaschedule
 from benchmarks.e2e.table import baseline_of, table_rows
+from tests.support.kernels import relax_matmul
 from tvm_rl.database import TuningDatabase
 from tvm_rl.measure import host_cpu_target
 from tvm_rl.tune.library import build_library
@@ -28,22 +27,9 @@ def test_budget_arms_are_known_and_held_against_metaschedule_at_the_same_budget(
     assert rows["budget-metaschedule"]["vs_evolutionary"] is None
 
 
-def _two_matmuls() -> tvm.IRModule:
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((16, 32), "float32"))
-    w = relax.Var("w", relax.TensorType((32, 32), "float32"))
-    with bb.function("main", [x, w]):
-        with bb.dataflow():
-            y = bb.emit(relax.op.matmul(x, w))
-            z = bb.emit(relax.op.add(y, y))
-            out = bb.emit_output(z)
-        bb.emit_func_output(out)
-    return bb.get()
-
-
 @pytest.mark.slow
 def test_each_budget_arm_spends_its_budget_and_a_rerun_spends_nothing(tmp_path):
-    mod, target = _two_matmuls(), host_cpu_target()
+    mod, target = relax_matmul(), host_cpu_target()
     keys = {tvm_ffi.structural_hash(t.dispatched[0]) for t in extract_tasks(mod, target)}
     for arm in BUDGET_ARMS:  # budget-ours first: the library arm starts from its records
         folder = tmp_path / arm
@@ -62,7 +48,7 @@ def test_each_budget_arm_spends_its_budget_and_a_rerun_spends_nothing(tmp_path):
 
 
 def test_metaschedule_arm_refuses_nothing_when_the_budget_is_spent(tmp_path):
-    _, report = tune_like_metaschedule(_two_matmuls(), host_cpu_target(), tmp_path, 0, 0)
+    _, report = tune_like_metaschedule(relax_matmul(), host_cpu_target(), tmp_path, 0, 0)
     assert report.measured == 0 and report.tasks >= 1
 
 

@@ -13,6 +13,26 @@ def matmul(n: int = 64) -> tvm.IRModule:
     return tvm.IRModule({"main": te.create_prim_func([a, b, c])})
 
 
+def relax_matmul(epilogue: str | None = "add") -> tvm.IRModule:
+    """A Relax model: x[16, 32] @ w[32, 32], then y + y ("add"), relu(y) ("relu") or nothing (None): one kernel each
+    way after fusion, the epilogue fused into the matmul's."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((16, 32), "float32"))
+    w = relax.Var("w", relax.TensorType((32, 32), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.matmul(x, w))
+            if epilogue == "add":
+                y = bb.emit(relax.op.add(y, y))
+            elif epilogue == "relu":
+                y = bb.emit(relax.op.nn.relu(y))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def fake_corpus(path, target, sizes=(8, 16, 32), per_workload: int = 12, fail_every: int = 0):
     """A corpus folder (`tune.corpus` layout) without measuring: `per_workload` random schedules of an n^3
     matmul per size, each given a made-up run time that depends on its schedule (every `fail_every`-th one
