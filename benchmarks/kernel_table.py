@@ -25,7 +25,6 @@ from benchmarks.kernel_ceiling import machine_gflops
 from benchmarks.kernel_times import kernel_times
 from tvm_rl import measure, models
 from tvm_rl.database import TuningDatabase
-from tvm_rl.tune.tasks import extract_tasks
 
 FAMILIES = (("conv", ("conv2d", "Conv")), ("matmul", ("matmul", "dense", "MatMul", "Gemm")))
 
@@ -35,16 +34,18 @@ def family(name: str) -> str:
     return next((f for f, marks in FAMILIES if any(m in name for m in marks)), "other")
 
 
-def kernel_flops(mod: tvm.IRModule, target) -> dict[str, float]:
-    """FLOPs per call of each kernel `measure.build` builds of `mod`, by kernel name (TVM's estimate)."""
+def kernel_flops(mod: tvm.IRModule, target, database=None) -> dict[str, float]:
+    """FLOPs per call of each kernel the VM calls when `mod` is built with `database`, by the name it calls it by
+    (TVM's estimate of each PrimFunc of the kernel stage, tuned kernels as tuned)."""
     from tvm.s_tir.analysis import estimate_tir_flops
 
     out = {}
-    for task in extract_tasks(mod, target):
-        try:
-            out[task.task_name] = float(estimate_tir_flops(task.dispatched[0]))
-        except Exception:  # noqa: BLE001  (an op TVM cannot count: no rate for it)
-            out[task.task_name] = 0.0
+    for gvar, func in measure.kernel_stage(mod, target, database).functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            try:
+                out[gvar.name_hint] = float(estimate_tir_flops(tvm.IRModule({"main": func})))
+            except Exception:  # noqa: BLE001  (an op TVM cannot count: no rate for it)
+                out[gvar.name_hint] = 0.0
     return out
 
 
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(args.scratch)
     scratch.mkdir(parents=True, exist_ok=True)
     ort = None if args.no_ort else ort_op_times(model, scratch, args.threads)
-    result = table(args.model, kernels, kernel_flops(mod, target), machine, ort)
+    result = table(args.model, kernels, kernel_flops(mod, target, database), machine, ort)
     command = ["python -m benchmarks.kernel_table", *(argv if argv is not None else sys.argv[1:])]
     result.update(graph=args.graph, database=args.database, runs=args.runs, threads=args.threads,
                   command=" ".join(command))
