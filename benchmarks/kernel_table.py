@@ -63,10 +63,14 @@ def ort_op_times(model: models.Model, scratch: Path, threads: int, runs: int = 2
     for _ in range(3):
         session.run(None, feed)
     options.enable_profiling = True
+    options.profile_file_prefix = str(scratch / "ort_profile")  # not the working directory
     profiled = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    path.unlink(missing_ok=True)  # both sessions hold the model now
     for _ in range(3 + runs):  # the first runs of a session are slower: dropped below
         profiled.run(None, feed)
-    events = json.loads(Path(profiled.end_profiling()).read_text())
+    profile = Path(profiled.end_profiling())
+    events = json.loads(profile.read_text())
+    profile.unlink()
     by_op: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for event in events:
         if event.get("cat") == "Node" and event.get("name", "").endswith("_kernel_time"):
