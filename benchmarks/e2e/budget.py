@@ -64,8 +64,6 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-ours-library-exact": ("evolutionary", True, "latency-share+library-exact"),
                "budget-optimize": ("evolutionary", True, "latency-share+library"),
                "budget-ms-static": ("evolutionary", False, "metaschedule")}
-# arms that tune (and build) another module than the model as imported: the graph pass's, or TVM's tuning pipeline's
-GRAPH_ARMS = {"budget-optimize", "budget-ms-static"}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
 DROPLET_SHARE = 0.25  # of a budget-*-droplet arm's N, left to Droplet after the first stage
@@ -80,7 +78,7 @@ def arm_module(arm: str, mod: tvm.IRModule, target, folder: Path, seed: int = 0)
     path = Path(folder) / GRAPH_FILE
     if path.is_file():
         return tvm.ir.load_json(path.read_text())
-    rewritten = graph_stage(mod, target, seed=seed)[0] if arm == "budget-optimize" else static_shape_stage(mod)
+    rewritten = GRAPH_ARMS[arm](mod, target, seed)
     if (Path(folder) / RECORDS).is_file():  # restored from the archive, which does not keep the graph
         print(f"WARNING: {folder} has records but not the graph they were tuned for ({GRAPH_FILE}); the graph pass "
               "ran again, and kernels of a graph it chose differently stay untuned", flush=True)
@@ -98,6 +96,13 @@ def static_shape_stage(mod: tvm.IRModule) -> tvm.IRModule:
 
     return tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(),
                                      relax.transform.CanonicalizeBindings()])(mod)
+
+
+# arms that tune (and build) another module than the model as imported -> how it is made from (mod, target, seed):
+# the graph pass's, or TVM's tuning pipeline's
+GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
+    "budget-optimize": lambda mod, target, seed: graph_stage(mod, target, seed=seed)[0],
+    "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 
 def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, trials_per_iter: int, cost_model,
