@@ -39,6 +39,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_rl.database import RECORDS, TuningDatabase
 from tvm_rl.flow import graph_stage
+from tvm_rl.graph.channels_last import to_channels_last
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.library import ScheduleLibrary
 from tvm_rl.tune.measure_callback import AfterBatch
@@ -63,6 +64,7 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-ours-library": ("evolutionary", True, "latency-share+library"),
                "budget-ours-library-exact": ("evolutionary", True, "latency-share+library-exact"),
                "budget-optimize": ("evolutionary", True, "latency-share+library"),
+               "budget-optimize-nhwc": ("evolutionary", True, "latency-share+library"),
                "budget-ms-static": ("evolutionary", False, "metaschedule")}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
@@ -102,6 +104,7 @@ def static_shape_stage(mod: tvm.IRModule) -> tvm.IRModule:
 # the graph pass's, or TVM's tuning pipeline's
 GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
     "budget-optimize": lambda mod, target, seed: graph_stage(mod, target, seed=seed)[0],
+    "budget-optimize-nhwc": lambda mod, target, seed: to_channels_last(graph_stage(mod, target, seed=seed)[0]),
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 
