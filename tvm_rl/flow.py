@@ -21,6 +21,8 @@ from .database import TuningDatabase
 from .errors import MismatchError, TvmRlError
 from .fast_math import default_for as fast_math_default
 from .fast_math import fast_math as lower_fast_math
+from .graph.channels_last import default_for as channels_last_default
+from .graph.channels_last import to_channels_last
 from .graph import defaults
 
 
@@ -45,6 +47,7 @@ class OptimizeReport:
     kept_default: bool = False  # True when the tuned build measured slower, so the default build was returned
     graph_rounds: list[dict] = field(default_factory=list)  # with graph_rounds > 1: each round's graph and latency
     fast_math: bool = False  # True when erf / exp / tanh (GELU, SiLU, sigmoid, softmax) were built fast (`fast_math`)
+    channels_last: bool = False  # True when convolutions were run in NHWC (`graph.channels_last`)
 
     @property
     def speedup(self) -> float:
@@ -58,7 +61,8 @@ class OptimizeReport:
         return (f"{self.model} on {self.target}: {self.default_ms:.3f} ms (TVM default build) -> "
                 f"{self.optimized_ms:.3f} ms optimized ({self.speedup:.2f}x); {len(self.graph_rewrites)} graph "
                 f"rewrites{f' ({self.graph_policy})' if self.graph_policy else ''}"
-                f"{', fast math' if self.fast_math else ''}, {self.trials_measured} measurements over "
+                f"{', channels-last' if self.channels_last else ''}{', fast math' if self.fast_math else ''}, "
+                f"{self.trials_measured} measurements over "
                 f"{self.kernels_tuned} kernels{library}; "
                 f"outputs match the source model (max abs err {self.max_abs_err:.2g}); {stages}"
                 + (f". The rewritten, tuned build measured {self.tuned_ms:.3f} ms, slower than the default build, so "
@@ -151,15 +155,18 @@ def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning: TuningDatabas
 def graph_stage(mod: tvm.IRModule, target: tvm.target.Target | str, tuning: str | Path | TuningDatabase | None = None,
                 policy=None, rewrite_steps: int = defaults.MAX_STEPS,
                 rewrite_seconds: float = defaults.TIME_BUDGET_S, seed: int = 0,
-                fast_math: bool | None = None) -> tuple[tvm.IRModule, object]:
+                fast_math: bool | None = None, channels_last: bool | None = None) -> tuple[tvm.IRModule, object]:
     """The module `optimize`'s first round tunes and builds: `mod` rewritten by the graph pass (priced by the
-    records of `tuning`, a tuning folder, where it has any), then with erf/exp/tanh approximated where `fast_math`
-    (None: `fast_math.default_for(target)`). Returns (module, the graph pass's report). Usable alone, e.g. to tune
-    the graph `optimize` would with another tuner."""
+    records of `tuning`, a tuning folder, where it has any), its convolutions then moved to NHWC where
+    `channels_last` (None: `graph.channels_last.default_for(target)`), and erf/exp/tanh approximated where
+    `fast_math` (None: `fast_math.default_for(target)`). Returns (module, the graph pass's report). Usable alone,
+    e.g. to tune the graph `optimize` would with another tuner."""
     target = measure.parse_target(target)
     fast = fast_math_default(target) if fast_math is None else bool(fast_math)
     folder = tuning if isinstance(tuning, TuningDatabase) or tuning is None else TuningDatabase(tuning)
     out, report = _rewrite(mod, target, folder, policy, rewrite_steps, rewrite_seconds, seed, fast)
+    if channels_last_default(target) if channels_last is None else channels_last:
+        out = to_channels_last(out)
     return (lower_fast_math(out) if fast else out), report
 
 
@@ -170,7 +177,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
              trials_per_kernel: int = 16, strategy: str | None = None, seed: int = 0, repeat: int = 20,
              rtol: float = 1e-3, atol: float = 1e-3, cost_model: str | None = None,
              graph_rounds: int = 1, fast_math: bool | None = None, budget: int | None = None,
-             minutes: float | None = None, library: str | Path | None = "default") -> Optimized:
+             minutes: float | None = None, library: str | Path | None = "default",
+             channels_last: bool | None = None) -> Optimized:
     """Optimize `model` for `target`; everything it writes goes under `work_dir` (None: `paths.work_dir()`; database in
     `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). `policy` chooses the graph
     pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
@@ -189,7 +197,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     relative to the largest output). `budget` (measurements) and/or `minutes` replace `trials_per_kernel` with one
     budget for the whole model, spent on the kernels where its latency is (`tune_model`); with `graph_rounds` > 1
     each round gets the budget and the minutes again (the database's records of a round's kernels count).
-    `library` is the schedule library the tuning starts from (`tune_workloads(library=...)`): by default the one
+    `channels_last` runs the convolutions in NHWC after the graph pass (`graph.channels_last`; None: on for CPU
+    targets, where it was measured faster, off for GPUs; without `rewrite`, off). `library` is the schedule library the tuning starts from (`tune_workloads(library=...)`): by default the one
     shipped for the target kind where one ships (CPUs; its kernels measured on its CPU are applied unmeasured only on
     that CPU, elsewhere its schedules are measured first), a library file, or None for none."""
     from .tune import tune_model
@@ -206,6 +215,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     seconds["import"] = time.perf_counter() - t
     report = OptimizeReport(m.name, str(target.kind.name))
     report.fast_math = fast_math_default(target) if fast_math is None else bool(fast_math)
+    report.channels_last = rewrite and (channels_last_default(target) if channels_last is None else channels_last)
     expected = m.reference_outputs() if m.reference is not None else None
 
     t = time.perf_counter()
@@ -226,7 +236,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
         if rewrite:
             t = time.perf_counter()
             mod, rl_report = graph_stage(m.mod, target, tuning, policy, rewrite_steps, rewrite_seconds, seed,
-                                         report.fast_math)
+                                         report.fast_math, report.channels_last)
             seconds["graph pass" + (f" {r + 1}" if r else "")] = time.perf_counter() - t
         elif report.fast_math:
             mod = lower_fast_math(mod)

@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     ap.add_argument("--fast-math", action=argparse.BooleanOptionalAction, default=None,
                     help="build erf / exp / tanh (GELU, SiLU, sigmoid, softmax) with TVM's vectorisable "
                          "approximations, a few ulp off (default: on for CPU targets, off for GPUs)")
+    ap.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None,
+                    help="after the graph pass, run the convolutions in NHWC with the transposes between them "
+                         "cancelled (default: on for CPU targets, off for GPUs)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work-dir", default=None, help=f"database, report (default {paths.WORK_DIR_HELP})")
     ap.add_argument("--export", default=None, metavar="FILE.so", help="write the compiled library here")
@@ -70,7 +73,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
                    rewrite_seconds=args.rewrite_seconds, trials_per_kernel=args.trials, strategy=args.strategy,
                    seed=args.seed, cost_model=args.cost_model, graph_rounds=args.graph_rounds,
                    fast_math=args.fast_math, budget=args.budget, minutes=args.minutes,
-                   library=args.library)
+                   library=args.library, channels_last=args.channels_last)
     print(out.report.summary())
     if args.export:
         print(f"exported {out.export(args.export)} (tvm.runtime.load_module + relax.VirtualMachine)")

@@ -11,9 +11,11 @@
   `tvm-rl optimize` does by default with the shipped one: the library's records of the model's exact kernels
   applied unmeasured, and up to half of each kernel's first batch its schedules for that kind of kernel, moved to
   the kernel's shapes.
-- `budget-optimize`: what `tvm-rl optimize --budget N` runs as a whole: the graph pass (its default rule, with
-  fast math on CPU: `tvm_rl.flow.graph_stage`) first, then `budget-ours-library` on the rewritten graph. The other
-  arms tune the model as imported, so they differ in kernel tuning alone; this one says what a user gets.
+- `budget-optimize`: `tvm-rl optimize --budget N --no-channels-last` as a whole: the graph pass (its default rule,
+  with fast math on CPU: `tvm_rl.flow.graph_stage`) first, then `budget-ours-library` on the rewritten graph. The
+  other arms tune the model as imported, so they differ in kernel tuning alone; these two say what a user gets.
+- `budget-optimize-nhwc`: the same with the convolutions then moved channels-last (`tvm_rl.graph.channels_last`),
+  as `tvm-rl optimize --budget N` runs on CPU by default.
 - `budget-ms-static`: `budget-metaschedule` on the module TVM's own tuning pipeline
   (`relax.pipeline.static_shape_tuning_pipeline`) tunes: batch norms decomposed for inference
   (`DecomposeOpsForInference`), so that their arithmetic folds into constants and fuses into the convolutions'
@@ -39,7 +41,6 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_rl.database import RECORDS, TuningDatabase
 from tvm_rl.flow import graph_stage
-from tvm_rl.graph.channels_last import to_channels_last
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.library import ScheduleLibrary
 from tvm_rl.tune.measure_callback import AfterBatch
@@ -103,8 +104,8 @@ def static_shape_stage(mod: tvm.IRModule) -> tvm.IRModule:
 # arms that tune (and build) another module than the model as imported -> how it is made from (mod, target, seed):
 # the graph pass's, or TVM's tuning pipeline's
 GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
-    "budget-optimize": lambda mod, target, seed: graph_stage(mod, target, seed=seed)[0],
-    "budget-optimize-nhwc": lambda mod, target, seed: to_channels_last(graph_stage(mod, target, seed=seed)[0]),
+    "budget-optimize": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=False)[0],
+    "budget-optimize-nhwc": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=True)[0],
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 

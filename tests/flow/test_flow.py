@@ -134,6 +134,44 @@ def test_cli_optimize_passes_fast_math_on(monkeypatch):
     assert ", fast math," in Out.report.summary()
 
 
+def test_cli_optimize_passes_channels_last_on(monkeypatch):
+    """`--channels-last` / `--no-channels-last` reach `optimize`; None (the target's default) when neither is given."""
+    import tvm_rl.flow
+    from tvm_rl.cli import main
+
+    seen = []
+
+    class Out:
+        report = tvm_rl.flow.OptimizeReport("m", "llvm", channels_last=True)
+
+    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k["channels_last"]), Out())[1])
+    for flags in (["--channels-last"], ["--no-channels-last"], []):
+        assert main(["optimize", "--model", "resnet18", *flags]) == 0
+    assert seen == [True, False, None]
+    assert ", channels-last," in Out.report.summary()
+
+
+def test_graph_stage_runs_convolutions_channels_last_on_cpu_by_default(cpu):
+    """On a CPU target the graph stage's module has its convs in NHWC, still computing what the source does;
+    channels_last=False keeps them NCHW; a GPU target's default is off."""
+    from tvm_rl.flow import graph_stage
+    from tvm_rl.graph.channels_last import default_for
+    from tvm_rl.graph.verify import compare_variants
+
+    mod = T.conv_chain_graph(cin=3, mid=8, cout=4, hw=6)
+    layouts = {}
+    for flag in (None, False):
+        out, _ = graph_stage(mod, cpu, rewrite_steps=2, rewrite_seconds=2.0, channels_last=flag)
+        found = []
+        relax.analysis.post_order_visit(out["main"], lambda e: found.append(e.attrs.data_layout) if isinstance(
+            e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+        layouts[flag] = set(found)
+        (cmp,) = compare_variants(mod, {"stage": out}).values()
+        assert cmp.ok, cmp
+    assert layouts == {None: {"NHWC"}, False: {"NCHW"}}
+    assert default_for(cpu) and not default_for("cuda")
+
+
 @pytest.mark.slow
 def test_optimize_builds_gelu_with_fast_math_on_cpu_and_exactly_when_asked(tmp_path, cpu):
     """On a CPU the default build of a GELU MLP uses the fast erf, still matching the source within rtol 1e-3;

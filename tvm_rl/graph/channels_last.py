@@ -40,6 +40,14 @@ def to_channels_last(mod: tvm.IRModule, check: bool = True) -> tvm.IRModule:
     return out
 
 
+def default_for(target: tvm.target.Target | str) -> bool:
+    """Whether `tvm_rl.optimize` runs convolutions channels-last by default: on CPU targets, where the tuned NHWC
+    build was measured faster; not on GPUs, where it was not measured."""
+    from ..measure import is_gpu, parse_target
+
+    return not is_gpu(parse_target(target))
+
+
 @tvm.transform.module_pass(opt_level=0, name="tvm_rl.ChannelsLast")
 class ChannelsLast:
     """`to_channels_last` as a TVM module pass."""
