@@ -21,9 +21,9 @@ from .database import TuningDatabase
 from .errors import MismatchError, TvmRlError
 from .fast_math import default_for as fast_math_default
 from .fast_math import fast_math as lower_fast_math
+from .graph import defaults
 from .graph.channels_last import default_for as channels_last_default
 from .graph.channels_last import to_channels_last
-from .graph import defaults
 
 
 @dataclass
@@ -198,8 +198,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     budget for the whole model, spent on the kernels where its latency is (`tune_model`); with `graph_rounds` > 1
     each round gets the budget and the minutes again (the database's records of a round's kernels count).
     `channels_last` runs the convolutions in NHWC after the graph pass (`graph.channels_last`; None: on for CPU
-    targets, where it was measured faster, off for GPUs; without `rewrite`, off). `library` is the schedule library the tuning starts from (`tune_workloads(library=...)`): by default the one
-    shipped for the target kind where one ships (CPUs; its kernels measured on its CPU are applied unmeasured only on
+    targets, where it was measured faster, off for GPUs; without `rewrite`, off). `library` is the schedule library
+    the tuning starts from (`tune_workloads(library=...)`): by default the one shipped for the target kind where one ships (CPUs; its kernels measured on its CPU are applied unmeasured only on
     that CPU, elsewhere its schedules are measured first), a library file, or None for none."""
     from .tune import tune_model
     from .tune.cost_model import from_spec as cost_model_from_spec
