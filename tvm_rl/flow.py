@@ -199,8 +199,9 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     each round gets the budget and the minutes again (the database's records of a round's kernels count).
     `channels_last` runs the convolutions in NHWC after the graph pass (`graph.channels_last`; None: on for CPU
     targets, where it was measured faster, off for GPUs; without `rewrite`, off). `library` is the schedule library
-    the tuning starts from (`tune_workloads(library=...)`): by default the one shipped for the target kind where one ships (CPUs; its kernels measured on its CPU are applied unmeasured only on
-    that CPU, elsewhere its schedules are measured first), a library file, or None for none."""
+    the tuning starts from (`tune_workloads(library=...)`): by default the one shipped for the target kind where one
+    ships (CPUs; its kernels measured on its CPU are applied unmeasured only on that CPU, elsewhere its schedules
+    are measured first), a library file, or None for none."""
     from .tune import tune_model
     from .tune.cost_model import from_spec as cost_model_from_spec
     from .tune.library import open_library
