@@ -64,6 +64,7 @@ class Options:
     atol: float = 1e-3  # relative to the largest output, as in `optimize`
     repeat: int = 10  # timed runs of the default and the optimized build (the faster one is kept)
     fast_math: bool | None = None  # None: on for CPU targets (`tvm_rl.fast_math.default_for`)
+    channels_last: bool | None = None  # None: on for CPU targets (`tvm_rl.graph.channels_last.default_for`)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any] | None = None, mode: str | None = None) -> Options:
@@ -133,7 +134,7 @@ def compile_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], opts: Options
                    rewrite=opts.rewrite, rewrite_steps=opts.rewrite_steps, rewrite_seconds=opts.rewrite_seconds,
                    trials_per_kernel=opts.trials_per_kernel, strategy=opts.strategy, seed=opts.seed,
                    repeat=opts.repeat, rtol=opts.rtol, atol=opts.atol, fast_math=opts.fast_math,
-                   budget=opts.budget, minutes=opts.minutes)
+                   channels_last=opts.channels_last, budget=opts.budget, minutes=opts.minutes)
     graph = TvmGraph(gm, out, {i: inputs[i] for i in frozen}, len(inputs), as_list, dtypes, opts)
     graph.verify(inputs)
     log.info("tvm_rl: %s", out.report.summary())

@@ -178,6 +178,7 @@ def test_options_are_checked():
         dynamo.Options.parse({"trials_per_kernel": -1})
     assert dynamo.Options.parse(None, "max-autotune").trials_per_kernel == 16
     assert dynamo.Options.parse({"work_dir": None}).resolved_work_dir().name == "torch_compile"
+    assert dynamo.Options.parse({"channels_last": False}).channels_last is False
 
 
 def test_frozen_weights_are_rebuilt_when_they_change_and_unfrozen_ones_are_inputs(tmp_path, compiled_graphs):
