@@ -117,38 +117,24 @@ def test_cli_optimize_passes_the_cost_model_on(monkeypatch):
     assert seen == ["xgb-pretrained", None]
 
 
-def test_cli_optimize_passes_fast_math_on(monkeypatch):
-    """`--fast-math` / `--no-fast-math` reach `optimize`; None (the target's default) when neither is given."""
+@pytest.mark.parametrize("option, shown", [("fast_math", "fast math"), ("channels_last", "channels-last")])
+def test_cli_optimize_passes_on_switches(monkeypatch, option, shown):
+    """`--fast-math` / `--no-fast-math` (and `--channels-last` / ...) reach `optimize`; None (the target's default)
+    when neither is given; the summary says when it was on."""
     import tvm_rl.flow
     from tvm_rl.cli import main
 
     seen = []
+    flag = "--" + option.replace("_", "-")
 
     class Out:
-        report = tvm_rl.flow.OptimizeReport("m", "llvm", fast_math=True)
+        report = tvm_rl.flow.OptimizeReport("m", "llvm", **{option: True})
 
-    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k["fast_math"]), Out())[1])
-    for flags in (["--fast-math"], ["--no-fast-math"], []):
+    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k[option]), Out())[1])
+    for flags in ([flag], [flag.replace("--", "--no-")], []):
         assert main(["optimize", "--model", "resnet18", *flags]) == 0
     assert seen == [True, False, None]
-    assert ", fast math," in Out.report.summary()
-
-
-def test_cli_optimize_passes_channels_last_on(monkeypatch):
-    """`--channels-last` / `--no-channels-last` reach `optimize`; None (the target's default) when neither is given."""
-    import tvm_rl.flow
-    from tvm_rl.cli import main
-
-    seen = []
-
-    class Out:
-        report = tvm_rl.flow.OptimizeReport("m", "llvm", channels_last=True)
-
-    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k["channels_last"]), Out())[1])
-    for flags in (["--channels-last"], ["--no-channels-last"], []):
-        assert main(["optimize", "--model", "resnet18", *flags]) == 0
-    assert seen == [True, False, None]
-    assert ", channels-last," in Out.report.summary()
+    assert f", {shown}," in Out.report.summary()
 
 
 def test_graph_stage_runs_convolutions_channels_last_on_cpu_by_default(cpu):
