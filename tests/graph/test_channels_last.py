@@ -42,6 +42,27 @@ def test_every_conv_goes_nhwc_and_only_the_boundary_transposes_stay():
     assert cmp.ok, cmp
 
 
+def test_pools_and_concats_stay_channels_last():
+    """A SqueezeNet fire module after a pooled stem: the max pool and the concat of the two expand convs run in
+    NHWC too, so only the input's and the head's transposes stay."""
+    rng = np.random.default_rng(1)
+
+    def body(emit, x):
+        y = emit(R.nn.relu(emit(R.nn.conv2d(x, T.rand(rng, 8, 3, 3, 3), strides=2))))
+        y = emit(R.nn.max_pool2d(y, pool_size=3, strides=2, ceil_mode=True))
+        s = emit(R.nn.relu(emit(R.nn.conv2d(y, T.rand(rng, 4, 8, 1, 1)))))
+        a = emit(R.nn.relu(emit(R.nn.conv2d(s, T.rand(rng, 6, 4, 1, 1)))))
+        b = emit(R.nn.relu(emit(R.nn.conv2d(s, T.rand(rng, 6, 4, 3, 3), padding=1))))
+        return emit(R.mean(emit(R.concat([a, b], axis=1)), axis=[2, 3]))
+
+    mod = T.module(body, [(1, 3, 17, 17)])
+    out = to_channels_last(mod)
+    assert _layouts(out) == ["NHWC"] * 4
+    assert count_calls(out, "relax.permute_dims") == 1  # the input's; the mean's [1, C] needs none
+    (cmp,) = compare_variants(mod, {"nhwc": out}).values()
+    assert cmp.ok, cmp
+
+
 def test_a_grouped_strided_chain_stays_exact():
     mod = T.conv_chain_graph(cin=4, mid=8, cout=3, hw=7, stride=2, groups=2, seed=3)
     out = ChannelsLast()(mod)
@@ -55,3 +76,15 @@ def test_a_module_without_nchw_convs_is_returned_as_is():
     assert to_channels_last(mod) is mod
     nhwc = to_channels_last(_block_graph())
     assert to_channels_last(nhwc) is nhwc
+
+
+def test_a_model_tvm_cannot_convert_is_left_as_it_is(monkeypatch, caplog):
+    from tvm_rl.graph import channels_last
+
+    def fail(layouts):
+        raise RuntimeError("no layout rule for some.op")
+
+    monkeypatch.setattr(channels_last.relax.transform, "ConvertLayout", fail)
+    mod = _block_graph()
+    assert to_channels_last(mod) is mod
+    assert "left the module in NCHW" in caplog.text and "some.op" in caplog.text
