@@ -140,6 +140,7 @@ def test_cli_optimize_passes_on_switches(monkeypatch, option, shown):
 def test_graph_stage_runs_convolutions_channels_last_on_cpu_by_default(cpu):
     """On a CPU target the graph stage's module has its convs in NHWC, still computing what the source does;
     channels_last=False keeps them NCHW; a GPU target's default is off."""
+    from tests.support.rewrite_steps import conv_layouts
     from tvm_rl.flow import graph_stage
     from tvm_rl.graph.channels_last import default_for
     from tvm_rl.graph.verify import compare_variants
@@ -148,10 +149,7 @@ def test_graph_stage_runs_convolutions_channels_last_on_cpu_by_default(cpu):
     layouts = {}
     for flag in (None, False):
         out, _ = graph_stage(mod, cpu, rewrite_steps=2, rewrite_seconds=2.0, channels_last=flag)
-        found = []
-        relax.analysis.post_order_visit(out["main"], lambda e: found.append(e.attrs.data_layout) if isinstance(
-            e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
-        layouts[flag] = set(found)
+        layouts[flag] = set(conv_layouts(out))
         (cmp,) = compare_variants(mod, {"stage": out}).values()
         assert cmp.ok, cmp
     assert layouts == {None: {"NHWC"}, False: {"NCHW"}}

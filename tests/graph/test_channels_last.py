@@ -4,7 +4,7 @@ import tvm
 from tvm.script import relax as R
 
 from tests.support import graph_examples as T
-from tests.support.rewrite_steps import count_calls
+from tests.support.rewrite_steps import conv_layouts, count_calls
 from tvm_rl.graph.channels_last import ChannelsLast, to_channels_last
 from tvm_rl.graph.verify import compare_variants
 
@@ -25,17 +25,10 @@ def _block_graph(seed: int = 0) -> tvm.IRModule:
     return T.module(body, [(1, 4, 6, 6)])
 
 
-def _layouts(mod: tvm.IRModule) -> list[str]:
-    found = []
-    tvm.relax.analysis.post_order_visit(mod["main"], lambda e: found.append(e.attrs.data_layout) if isinstance(
-        e, tvm.relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
-    return found
-
-
 def test_every_conv_goes_nhwc_and_only_the_boundary_transposes_stay():
     mod = _block_graph()
     out = to_channels_last(mod)
-    assert _layouts(out) == ["NHWC"] * 3
+    assert conv_layouts(out) == ["NHWC"] * 3
     # one transpose into NHWC at the input, one back before the NCHW-shaped mean: the six around the convs cancel
     assert count_calls(out, "relax.permute_dims") == 2
     (cmp,) = compare_variants(mod, {"nhwc": out}).values()
@@ -57,7 +50,7 @@ def test_pools_and_concats_stay_channels_last():
 
     mod = T.module(body, [(1, 3, 17, 17)])
     out = to_channels_last(mod)
-    assert _layouts(out) == ["NHWC"] * 4
+    assert conv_layouts(out) == ["NHWC"] * 4
     assert count_calls(out, "relax.permute_dims") == 1  # the input's; the mean's [1, C] needs none
     (cmp,) = compare_variants(mod, {"nhwc": out}).values()
     assert cmp.ok, cmp
@@ -66,7 +59,7 @@ def test_pools_and_concats_stay_channels_last():
 def test_a_grouped_strided_chain_stays_exact():
     mod = T.conv_chain_graph(cin=4, mid=8, cout=3, hw=7, stride=2, groups=2, seed=3)
     out = ChannelsLast()(mod)
-    assert _layouts(out) == ["NHWC", "NHWC"]
+    assert conv_layouts(out) == ["NHWC", "NHWC"]
     (cmp,) = compare_variants(mod, {"nhwc": out}).values()
     assert cmp.ok, cmp
 

@@ -1,4 +1,7 @@
-"""Helpers for tests that chain rewrites: apply rules until none matches, and count an operator's calls."""
+"""Helpers for tests that chain rewrites: apply rules until none matches, count an operator's calls, list the
+convolutions' layouts."""
+from tvm import relax
+
 from tvm_rl.graph.rules import get_rule
 
 
@@ -17,3 +20,11 @@ def count_calls(mod, op="relax.permute_dims"):
     """How many bindings of `main`'s first block call `op`."""
     return sum(1 for b in mod["main"].body.blocks[0].bindings
                if getattr(getattr(b.value, "op", None), "name", "") == op)
+
+
+def conv_layouts(mod) -> list[str]:
+    """The data layout of each conv2d in `main`, in post order."""
+    found = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: found.append(e.attrs.data_layout) if isinstance(
+        e, relax.Call) and getattr(e.op, "name", "") == "relax.nn.conv2d" else None)
+    return found

@@ -10,8 +10,8 @@ i.e. ReLU6, among them). The graph pass's own verified rules (`permute_past_elem
 `identity_shape_op`, `fold_const_transform`, and `fold_tuple_get_item` for the dead transposes an exported pool's
 index tensor leaves), applied to a fixed point, then cancel those pairs and pre-transpose the weights. The pass's
 cost-guided choosers do not take such a step one conv at a time, as one conv moved alone costs two transposes
-more than it saves. Why it pays on CPU: a tuned NCHW conv vectorises along the image width,
-an NHWC one along the output channels, which are many and contiguous (`docs/results/layout_rates.md`).
+more than it saves. Why it pays on CPU: a tuned NCHW conv vectorises along the image width, an NHWC one along the
+output channels, which are many and contiguous (`docs/results/layout_rates.md`).
 """
 from __future__ import annotations
 
