@@ -16,6 +16,8 @@
   other arms tune the model as imported, so they differ in kernel tuning alone; these two say what a user gets.
 - `budget-optimize-nhwc`: the same with the convolutions then moved channels-last (`tvm_rl.graph.channels_last`),
   as `tvm-rl optimize --budget N` runs on CPU by default.
+- `budget-optimize-nhwc-xgb`: `budget-optimize-nhwc` with MetaSchedule's XGBModel (trained on the run's own records
+  only) in place of the pre-trained cost model: the pre-trained model's non-learned arm on the whole model.
 - `budget-ms-static`: `budget-metaschedule` on the module TVM's own tuning pipeline
   (`relax.pipeline.static_shape_tuning_pipeline`) tunes: batch norms decomposed for inference
   (`DecomposeOpsForInference`), so that their arithmetic folds into constants and fuses into the convolutions'
@@ -66,6 +68,7 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-ours-library-exact": ("evolutionary", True, "latency-share+library-exact"),
                "budget-optimize": ("evolutionary", True, "latency-share+library"),
                "budget-optimize-nhwc": ("evolutionary", True, "latency-share+library"),
+               "budget-optimize-nhwc-xgb": ("evolutionary", False, "latency-share+library"),
                "budget-ms-static": ("evolutionary", False, "metaschedule")}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
@@ -106,6 +109,7 @@ def static_shape_stage(mod: tvm.IRModule) -> tvm.IRModule:
 GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
     "budget-optimize": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=False)[0],
     "budget-optimize-nhwc": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=True)[0],
+    "budget-optimize-nhwc-xgb": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=True)[0],
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 

@@ -137,3 +137,68 @@ def test_a_gemm_with_a_constant_weight_is_tiled_ssrs_and_a_conv_keeps_the_defaul
     assert not packed_gemm(attention_task(cpu))  # several reductions: the default tiling
     unmarked = tvm.IRModule({"main": kernels["matmul"]["main"].without_attr("layout_free_buffers")})
     assert not packed_gemm(unmarked)  # nothing for RewriteLayout to pack
+
+
+def _conv_bias_relu6(cpu, epilogue: bool = True) -> tvm.IRModule:
+    """A 1x1 conv (+ bias + ReLU6 when `epilogue`), fused as `kernel_stage` fuses it."""
+    rng = np.random.default_rng(0)
+    img = relax.Var("img", relax.TensorType((1, 8, 6, 6), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [img]):
+        with bb.dataflow():
+            y = bb.emit(relax.op.nn.conv2d(img, relax.const(rng.standard_normal((16, 8, 1, 1)).astype("float32"))))
+            if epilogue:
+                y = bb.emit(relax.op.add(y, relax.const(rng.standard_normal((1, 16, 1, 1)).astype("float32"))))
+                y = bb.emit(relax.op.clip(y, 0.0, 6.0))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    (task,) = [t.dispatched[0] for t in extract_tasks(bb.get(), cpu) if "conv2d" in t.task_name]
+    return task
+
+
+def _spaces(mod: tvm.IRModule, cpu, **kwargs) -> list[tvm.s_tir.Schedule]:
+    preload_tensor_intrinsics()
+    context = ms.TuneContext(mod=mod, target=cpu, space_generator=space_generator(cpu, mod=mod, **kwargs),
+                             task_name="t", rand_state=0)
+    return list(context.generate_design_space())
+
+
+def _epilogue_in_tile(sch: tvm.s_tir.Schedule) -> bool:
+    conv = next(b for b in sch.get_child_blocks(sch.get_sblock("root")) if "conv" in sch.get(b).name_hint)
+    (epilogue,) = sch.get_consumers(conv)
+    return sch.get_sref(sch.get_loops(epilogue)[0]).same_as(sch.get_sref(sch.get_loops(conv)[0]))
+
+
+def test_every_cpu_space_computes_the_epilogue_inside_the_tile(cpu):
+    mod = _conv_bias_relu6(cpu)
+    stock = _spaces(mod, cpu, fuse_epilogue=False)
+    assert not all(_epilogue_in_tile(s) for s in stock)  # MetaSchedule also offers the separate loop nest
+    fused = _spaces(mod, cpu)
+    assert fused and all(_epilogue_in_tile(s) for s in fused)
+    assert len(fused) < len(stock)
+
+
+def test_a_kernel_without_epilogue_keeps_every_space(cpu):
+    mod = _conv_bias_relu6(cpu, epilogue=False)
+    assert len(_spaces(mod, cpu)) == len(_spaces(mod, cpu, fuse_epilogue=False))
+
+
+def test_a_fused_epilogue_space_computes_what_the_kernel_computes(cpu):
+    mod = _conv_bias_relu6(cpu)
+    context = ms.TuneContext(mod=mod, target=cpu, space_generator=space_generator(cpu, mod=mod), task_name="t",
+                             rand_state=0)
+    args = [np.random.default_rng(1).standard_normal([int(d) for d in a.shape]).astype("float32")
+            for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
+    expected = _run(mod, cpu, args)
+    for sch in context.generate_design_space():
+        sch.enter_postproc()
+        assert all(p.apply(sch) for p in context.space_generator.postprocs)
+        np.testing.assert_allclose(_run(sch.mod, cpu, args), expected, rtol=1e-5, atol=1e-5)
+
+
+def _run(mod: tvm.IRModule, cpu, args: list[np.ndarray]) -> np.ndarray:
+    """The last argument (the output) after running `mod`'s main on `args`."""
+    func = tvm.compile(mod, target=cpu)
+    tensors = [tvm.runtime.tensor(a) for a in args]
+    func["main"](*tensors)
+    return tensors[-1].numpy()
