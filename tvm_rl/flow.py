@@ -10,7 +10,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import tvm
@@ -152,6 +152,11 @@ def _rewrite(mod: tvm.IRModule, target: tvm.target.Target, tuning: TuningDatabas
     return out, rl.last_report
 
 
+def _switch(value: bool | None, default_for: Callable[[tvm.target.Target], bool], target: tvm.target.Target) -> bool:
+    """A per-target switch (fast math, channels-last) as given, or the target's default where None."""
+    return default_for(target) if value is None else bool(value)
+
+
 def graph_stage(mod: tvm.IRModule, target: tvm.target.Target | str, tuning: str | Path | TuningDatabase | None = None,
                 policy=None, rewrite_steps: int = defaults.MAX_STEPS,
                 rewrite_seconds: float = defaults.TIME_BUDGET_S, seed: int = 0,
@@ -162,10 +167,10 @@ def graph_stage(mod: tvm.IRModule, target: tvm.target.Target | str, tuning: str 
     `fast_math` (None: `fast_math.default_for(target)`). Returns (module, the graph pass's report). Usable alone,
     e.g. to tune the graph `optimize` would with another tuner."""
     target = measure.parse_target(target)
-    fast = fast_math_default(target) if fast_math is None else bool(fast_math)
+    fast = _switch(fast_math, fast_math_default, target)
     folder = tuning if isinstance(tuning, TuningDatabase) or tuning is None else TuningDatabase(tuning)
     out, report = _rewrite(mod, target, folder, policy, rewrite_steps, rewrite_seconds, seed, fast)
-    if channels_last_default(target) if channels_last is None else channels_last:
+    if _switch(channels_last, channels_last_default, target):
         out = to_channels_last(out)
     return (lower_fast_math(out) if fast else out), report
 
@@ -215,8 +220,8 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     m = _as_model(model, example_inputs, shapes, name)
     seconds["import"] = time.perf_counter() - t
     report = OptimizeReport(m.name, str(target.kind.name))
-    report.fast_math = fast_math_default(target) if fast_math is None else bool(fast_math)
-    report.channels_last = rewrite and (channels_last_default(target) if channels_last is None else channels_last)
+    report.fast_math = _switch(fast_math, fast_math_default, target)
+    report.channels_last = rewrite and _switch(channels_last, channels_last_default, target)
     expected = m.reference_outputs() if m.reference is not None else None
 
     t = time.perf_counter()

@@ -18,6 +18,9 @@
   as `tvm-rl optimize --budget N` runs on CPU by default.
 - `budget-optimize-nhwc-xgb`: `budget-optimize-nhwc` with MetaSchedule's XGBModel (trained on the run's own records
   only) in place of the pre-trained cost model: the pre-trained model's non-learned arm on the whole model.
+- `budget-optimize-nhwc-stock`: `budget-optimize-nhwc` tuned in MetaSchedule's own CPU design space
+  (`design_space.FUSE_EPILOGUE` off: element-wise epilogues may be a separate loop nest), as it was before
+  2026-12-07: the ablation of `design_space.FusedEpilogueTiling`.
 - `budget-ms-static`: `budget-metaschedule` on the module TVM's own tuning pipeline
   (`relax.pipeline.static_shape_tuning_pipeline`) tunes: batch norms decomposed for inference
   (`DecomposeOpsForInference`), so that their arithmetic folds into constants and fuses into the convolutions'
@@ -43,6 +46,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_rl.database import RECORDS, TuningDatabase
 from tvm_rl.flow import graph_stage
+from tvm_rl.tune import design_space
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.library import ScheduleLibrary
 from tvm_rl.tune.measure_callback import AfterBatch
@@ -69,6 +73,7 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-optimize": ("evolutionary", True, "latency-share+library"),
                "budget-optimize-nhwc": ("evolutionary", True, "latency-share+library"),
                "budget-optimize-nhwc-xgb": ("evolutionary", False, "latency-share+library"),
+               "budget-optimize-nhwc-stock": ("evolutionary", True, "latency-share+library+stock-space"),
                "budget-ms-static": ("evolutionary", False, "metaschedule")}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
@@ -110,6 +115,8 @@ GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
     "budget-optimize": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=False)[0],
     "budget-optimize-nhwc": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=True)[0],
     "budget-optimize-nhwc-xgb": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=True)[0],
+    "budget-optimize-nhwc-stock": lambda mod, target, seed: graph_stage(mod, target, seed=seed,
+                                                                        channels_last=True)[0],
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 
@@ -119,6 +126,13 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
     """Tune `mod`'s kernels into `folder` as budget arm `arm` does, `budget` measurements in all; (database, report).
     `library` is the schedule library file the budget-ours-library arm starts from."""
     strategy, _, allocation = BUDGET_ARMS[arm]
+    if allocation.endswith("+stock-space"):
+        design_space.FUSE_EPILOGUE = False
+        try:
+            return tune_budget(arm.removesuffix("-stock"), mod, target, folder, budget, seed, trials_per_iter,
+                               cost_model, op_filter, before_tuning, after_batch, library)
+        finally:
+            design_space.FUSE_EPILOGUE = True
     if allocation.endswith("+droplet"):
         first = budget - int(budget * DROPLET_SHARE)
         if allocation.startswith("metaschedule"):

@@ -96,3 +96,14 @@ def test_the_optimize_and_ms_static_arms_tune_and_time_their_module_made_once(tm
     args = e2e._parser(None).parse_args(["--passes", "1"])
     e2e.time_model(model, target, {"budget-optimize/N8/s0": None}, args, tmp_path, {"budget-optimize/N8/s0": mod})
     assert built[0] is model.mod and built[1] is mod  # TVM default, then the run
+
+
+def test_the_stock_space_arm_tunes_in_metaschedules_space_and_switches_back(tmp_path, monkeypatch):
+    from benchmarks.e2e import budget
+    from tvm_rl.tune import design_space
+
+    seen = []
+    monkeypatch.setattr(budget, "tune_model", lambda *a, **kw: seen.append(design_space.FUSE_EPILOGUE) or (None, None))
+    for arm in ("budget-optimize-nhwc-stock", "budget-optimize-nhwc"):
+        tune_budget(arm, relax_matmul(), host_cpu_target(), tmp_path, 4, 0, 2, "xgb", None, None, None, "lib")
+    assert seen == [False, True] and design_space.FUSE_EPILOGUE is True

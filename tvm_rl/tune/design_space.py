@@ -11,11 +11,10 @@ workload whose layout-free placeholders are not all parameters, and applies it u
 
 MetaSchedule's `MultiLevelTiling` offers a conv or matmul with an element-wise epilogue (bias, ReLU6) both with the
 epilogue computed inside the output tile and as a separate loop nest over the whole output. On CPU the separate
-nest costs a round trip of the output through memory, and its vectorised loop over the flattened output gathers the
-bias through a modulo: MobileNet-V2's 56x56 1x1 conv (24 -> 144 channels, + bias + ReLU6) ran 1.06 ms with the same
-tile sizes that ran 0.17 ms fused. The pre-trained cost model nonetheless ranks the separate nest first, so
-evolutionary search measured nothing else. `FusedEpilogueTiling` keeps only the fused spaces wherever
-`MultiLevelTiling` offers one.
+nest costs a round trip of the output through memory, and its vectorised loop over the flattened output gathers a
+per-channel bias through a modulo; the pre-trained cost model nonetheless rated those spaces first, so evolutionary
+search measured nothing else on MobileNet-V2's channels-last convolutions (docs/results/kernel_ceiling.md).
+`FusedEpilogueTiling` keeps only the fused spaces wherever `MultiLevelTiling` offers one.
 """
 from __future__ import annotations
 
@@ -71,7 +70,10 @@ class GuardedRewriteLayout(PyPostproc):
 def _fused_downstream(sch: tvm.s_tir.Schedule, block: tvm.s_tir.schedule.SBlockRV) -> bool:
     """Whether every block that consumes `block`'s output, directly or through other consumers, is computed inside
     `block`'s outermost loop."""
-    outer = sch.get_sref(sch.get_loops(block)[0])
+    loops = sch.get_loops(block)
+    if not loops:
+        return False
+    outer = sch.get_sref(loops[0])
     todo = list(sch.get_consumers(block))
     while todo:
         consumer = todo.pop()
@@ -134,14 +136,20 @@ GEMM_TILING = {"structure": "SSRS", "max_innermost_factor": 64}
 GEMM_REUSE_WRITE = {"req": "may", "levels": [1, 2], "scope": "global"}
 
 
+# Whether `space_generator` fuses epilogues by default; False gives MetaSchedule's spaces (an ablation's switch).
+FUSE_EPILOGUE = True
+
+
 def space_generator(target: tvm.target.Target, guard: bool = True, mod: tvm.IRModule | None = None,
-                    fuse_epilogue: bool = True) -> ms.SpaceGenerator | str:
+                    fuse_epilogue: bool | None = None) -> ms.SpaceGenerator | str:
     """MetaSchedule's default design space for `target` ("post-order-apply"); on CPU its multi-level tiling
-    wrapped in `FusedEpilogueTiling` (with `fuse_epilogue`), with `guard` `RewriteLayout` replaced by
-    `GuardedRewriteLayout`, and for a `packed_gemm` workload `mod` its multi-level tiling as GEMM_TILING. Pass it
-    as a TuneContext's `space_generator`, and check the candidates of the `guarded` workloads."""
+    wrapped in `FusedEpilogueTiling` where `fuse_epilogue` (None: FUSE_EPILOGUE), with `guard` `RewriteLayout`
+    replaced by `GuardedRewriteLayout`, and for a `packed_gemm` workload `mod` its multi-level tiling as
+    GEMM_TILING. Pass it as a TuneContext's `space_generator`, and check the candidates of the `guarded`
+    workloads."""
     if measure.is_gpu(target):
         return "post-order-apply"
+    fuse_epilogue = FUSE_EPILOGUE if fuse_epilogue is None else fuse_epilogue
     gemm = mod is not None and packed_gemm(mod)
     if not guard and not gemm and not fuse_epilogue:
         return "post-order-apply"

@@ -1,0 +1,101 @@
+"""Kernels tuned in MetaSchedule's CPU design space against ours, which computes element-wise epilogues in the tile.
+
+    python -m benchmarks.epilogue_space --model mobilenet_v2 --kernels 4 --trials 16 \
+        --cost-models xgb-pretrained random --out logs/epilogue_space_llvm.json
+
+The model is moved channels-last (`tvm_rl.graph.channels_last`, as `tvm-rl optimize` does on CPU); its `--kernels`
+convolution or matmul kernels with an epilogue that take the most FLOPs x calls are each tuned `--trials`
+measurements (`tune_workloads`: evolutionary search, batches of 8) per (space, cost model, seed), every tuning in a
+folder of its own under `--work-dir` (a rerun resumes). "stock" is MetaSchedule's space (its MultiLevelTiling also
+offers the epilogue as a separate loop nest over the whole output), "fused" is `design_space.space_generator`'s
+default (`FusedEpilogueTiling`). Prints each kernel's best measured time per arm and the stock / fused ratio; writes
+the JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from benchmarks.e2e.hf import load_model
+from tvm_rl import measure
+from tvm_rl.database import record_seconds
+from tvm_rl.graph.channels_last import to_channels_last
+from tvm_rl.tune import design_space, extract_tasks, open_database, tune_workloads
+from tvm_rl.tune.cost_model import from_spec
+
+SPACES = ("stock", "fused")
+
+
+def epilogue_kernels(mod, target, count: int) -> list[tuple[str, object, int]]:
+    """(name, TIR module, calls) of `mod`'s `count` conv/matmul kernels with an epilogue, most FLOPs x calls first."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    tasks = [t for t in extract_tasks(mod, target)
+             if any(k in t.task_name for k in ("conv2d", "matmul", "dense")) and "_add" in t.task_name]
+    tasks.sort(key=lambda t: -estimate_tir_flops(t.dispatched[0]) * t.weight)
+    return [(t.task_name, t.dispatched[0], int(t.weight)) for t in tasks[:count]]
+
+
+def tuned_best(name: str, kernel, target, folder: Path, trials: int, cost_model: str, seed: int,
+               space: str) -> float:
+    """Best measured seconds of `kernel` after `trials` measurements in `space` (tuned into `folder` if short)."""
+    design_space.FUSE_EPILOGUE = space == "fused"
+    try:
+        tune_workloads([(name, kernel, 1.0)], target, folder, trials_per_kernel=trials, trials_per_iter=8,
+                       seed=seed, cost_model=from_spec(cost_model, seed, target.kind.name))
+    finally:
+        design_space.FUSE_EPILOGUE = True
+    db = open_database(folder)
+    records = db.get_top_k(db.commit_workload(kernel), 10**6)
+    return record_seconds(records[0].run_secs)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="mobilenet_v2")
+    p.add_argument("--size", default="full")
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--kernels", type=int, default=4, help="how many kernels (most FLOPs x calls first)")
+    p.add_argument("--trials", type=int, default=16)
+    p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--cost-models", nargs="+", default=["xgb-pretrained", "random"])
+    p.add_argument("--work-dir", default="tvm_rl_work/epilogue_space")
+    p.add_argument("--out", default="logs/epilogue_space_llvm.json")
+    args = p.parse_args(argv)
+    target = measure.parse_target(args.target)
+    model = load_model(args.model, args.size)
+    kernels = epilogue_kernels(to_channels_last(model.mod), target, args.kernels)
+    rows = []
+    for name, kernel, calls in kernels:
+        for cost_model in args.cost_models:
+            times: dict[str, list[float]] = {s: [] for s in SPACES}
+            for seed in range(args.seeds):
+                for space in SPACES:
+                    folder = Path(args.work_dir) / args.model / f"{name}_{space}_{cost_model}_s{seed}_n{args.trials}"
+                    t0 = time.time()
+                    times[space].append(tuned_best(name, kernel, target, folder, args.trials, cost_model, seed,
+                                                   space))
+                    print(f"{name} {space} {cost_model} s{seed}: {times[space][-1] * 1e3:.4f} ms "
+                          f"[{time.time() - t0:.0f} s]", flush=True)
+            stock, fused = (statistics.median(times[s]) for s in SPACES)
+            rows.append({"kernel": name, "calls": calls, "cost_model": cost_model,
+                         "stock_ms": [t * 1e3 for t in times["stock"]], "fused_ms": [t * 1e3 for t in times["fused"]],
+                         "stock_over_fused": stock / fused})
+    print(f"\n{args.model}, channels-last, {args.trials} trials per kernel, {args.seeds} seed(s), medians")
+    print(f"{'kernel':40s} {'calls':>5s} {'cost model':15s} {'stock ms':>9s} {'fused ms':>9s} {'stock/fused':>11s}")
+    for r in rows:
+        print(f"{r['kernel']:40s} {r['calls']:5d} {r['cost_model']:15s} {statistics.median(r['stock_ms']):9.4f} "
+              f"{statistics.median(r['fused_ms']):9.4f} {r['stock_over_fused']:10.2f}x")
+    out = {"command": "python -m benchmarks.epilogue_space " + " ".join(argv or __import__("sys").argv[1:]),
+           "model": args.model, "size": args.size, "target": str(target), "trials": args.trials,
+           "seeds": args.seeds, "rows": rows}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    main()
