@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -40,8 +41,10 @@ def epilogue_kernels(mod, target, count: int) -> list[tuple[str, object, int]]:
 
 
 def tuned_best(name: str, kernel, target, folder: Path, trials: int, cost_model: str, seed: int,
-               space: str) -> float:
-    """Best measured seconds of `kernel` after `trials` measurements in `space` (tuned into `folder` if short)."""
+               space: str) -> tuple[float, int, int]:
+    """(best measured seconds, records with the epilogue moved into the tile, records) of `kernel` after `trials`
+    measurements in `space` (tuned into `folder` if short). A record counts as fused when its trace moves a block
+    into the tile (`reverse_compute_at`), which in these kernels' spaces is the epilogue."""
     design_space.FUSE_EPILOGUE = space == "fused"
     try:
         tune_workloads([(name, kernel, 1.0)], target, folder, trials_per_kernel=trials, trials_per_iter=8,
@@ -50,7 +53,8 @@ def tuned_best(name: str, kernel, target, folder: Path, trials: int, cost_model:
         design_space.FUSE_EPILOGUE = True
     db = open_database(folder)
     records = db.get_top_k(db.commit_workload(kernel), 10**6)
-    return record_seconds(records[0].run_secs)
+    fused = sum("reverse_compute_at" in str(r.trace) for r in records)
+    return record_seconds(records[0].run_secs), fused, len(records)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -72,24 +76,29 @@ def main(argv: list[str] | None = None) -> dict:
     for name, kernel, calls in kernels:
         for cost_model in args.cost_models:
             times: dict[str, list[float]] = {s: [] for s in SPACES}
+            fused: dict[str, list[str]] = {s: [] for s in SPACES}
             for seed in range(args.seeds):
                 for space in SPACES:
                     folder = Path(args.work_dir) / args.model / f"{name}_{space}_{cost_model}_s{seed}_n{args.trials}"
                     t0 = time.time()
-                    times[space].append(tuned_best(name, kernel, target, folder, args.trials, cost_model, seed,
-                                                   space))
-                    print(f"{name} {space} {cost_model} s{seed}: {times[space][-1] * 1e3:.4f} ms "
-                          f"[{time.time() - t0:.0f} s]", flush=True)
-            stock, fused = (statistics.median(times[s]) for s in SPACES)
+                    best, in_tile, records = tuned_best(name, kernel, target, folder, args.trials, cost_model,
+                                                        seed, space)
+                    times[space].append(best)
+                    fused[space].append(f"{in_tile}/{records}")
+                    print(f"{name} {space} {cost_model} s{seed}: {best * 1e3:.4f} ms, epilogue in the tile in "
+                          f"{in_tile} of {records} records [{time.time() - t0:.0f} s]", flush=True)
+            stock, fast = (statistics.median(times[s]) for s in SPACES)
             rows.append({"kernel": name, "calls": calls, "cost_model": cost_model,
                          "stock_ms": [t * 1e3 for t in times["stock"]], "fused_ms": [t * 1e3 for t in times["fused"]],
-                         "stock_over_fused": stock / fused})
+                         "stock_over_fused": stock / fast, "stock_in_tile": fused["stock"],
+                         "fused_in_tile": fused["fused"]})
     print(f"\n{args.model}, channels-last, {args.trials} trials per kernel, {args.seeds} seed(s), medians")
-    print(f"{'kernel':40s} {'calls':>5s} {'cost model':15s} {'stock ms':>9s} {'fused ms':>9s} {'stock/fused':>11s}")
+    print(f"{'kernel':36s} {'calls':>5s} {'cost model':15s} {'stock ms':>9s} {'fused ms':>9s} {'stock/fused':>11s} "
+          "stock records in the tile")
     for r in rows:
-        print(f"{r['kernel']:40s} {r['calls']:5d} {r['cost_model']:15s} {statistics.median(r['stock_ms']):9.4f} "
-              f"{statistics.median(r['fused_ms']):9.4f} {r['stock_over_fused']:10.2f}x")
-    out = {"command": "python -m benchmarks.epilogue_space " + " ".join(argv or __import__("sys").argv[1:]),
+        print(f"{r['kernel']:36s} {r['calls']:5d} {r['cost_model']:15s} {statistics.median(r['stock_ms']):9.4f} "
+              f"{statistics.median(r['fused_ms']):9.4f} {r['stock_over_fused']:10.2f}x {' '.join(r['stock_in_tile'])}")
+    out = {"command": "python -m benchmarks.epilogue_space " + " ".join(argv or sys.argv[1:]),
            "model": args.model, "size": args.size, "target": str(target), "trials": args.trials,
            "seeds": args.seeds, "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
