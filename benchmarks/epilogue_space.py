@@ -1,10 +1,11 @@
 """Kernels tuned in MetaSchedule's CPU design space against ours, which computes element-wise epilogues in the tile.
 
-    python -m benchmarks.epilogue_space --model mobilenet_v2 --kernels 4 --trials 16 \
+    python -m benchmarks.epilogue_space --model mobilenet_v2 --graph RUN/graph.json --kernels 4 --trials 16 \
         --cost-models xgb-pretrained random --out logs/epilogue_space_llvm.json
 
-The model is moved channels-last (`tvm_rl.graph.channels_last`, as `tvm-rl optimize` does on CPU); its `--kernels`
-convolution or matmul kernels with an epilogue that take the most FLOPs x calls are each tuned `--trials`
+The kernels are those of the graph `tvm-rl optimize` tunes on CPU (`tvm_rl.flow.graph_stage`, channels-last), or of
+`--graph` (a `benchmarks.tuner_e2e` run's graph.json); its `--kernels` convolution or matmul kernels with an
+epilogue that take the most FLOPs x calls, or those `--names` lists, are each tuned `--trials`
 measurements (`tune_workloads`: evolutionary search, batches of 8) per (space, cost model, seed), every tuning in a
 folder of its own under `--work-dir` (a rerun resumes). "stock" is MetaSchedule's space (its MultiLevelTiling also
 offers the epilogue as a separate loop nest over the whole output), "fused" is `design_space.space_generator`'s
@@ -20,22 +21,30 @@ import sys
 import time
 from pathlib import Path
 
+import tvm
+
 from benchmarks.e2e.hf import load_model
 from tvm_rl import measure
 from tvm_rl.database import record_seconds
-from tvm_rl.graph.channels_last import to_channels_last
+from tvm_rl.flow import graph_stage
 from tvm_rl.tune import design_space, extract_tasks, open_database, tune_workloads
 from tvm_rl.tune.cost_model import from_spec
 
 SPACES = ("stock", "fused")
 
 
-def epilogue_kernels(mod, target, count: int) -> list[tuple[str, object, int]]:
-    """(name, TIR module, calls) of `mod`'s `count` conv/matmul kernels with an epilogue, most FLOPs x calls first."""
+def epilogue_kernels(mod, target, count: int, names: list[str] | None = None) -> list[tuple[str, object, int]]:
+    """(name, TIR module, calls) of `mod`'s kernels called `names`, or else its `count` conv/matmul kernels with an
+    epilogue, most FLOPs x calls first."""
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    tasks = [t for t in extract_tasks(mod, target)
-             if any(k in t.task_name for k in ("conv2d", "matmul", "dense")) and "_add" in t.task_name]
+    tasks = extract_tasks(mod, target)
+    if names:
+        missing = sorted(set(names) - {t.task_name for t in tasks})
+        if missing:
+            raise SystemExit(f"no kernel named {', '.join(missing)} in the graph")
+        return [(t.task_name, t.dispatched[0], int(t.weight)) for n in names for t in tasks if t.task_name == n]
+    tasks = [t for t in tasks if any(k in t.task_name for k in ("conv2d", "matmul", "dense")) and "_add" in t.task_name]
     tasks.sort(key=lambda t: -estimate_tir_flops(t.dispatched[0]) * t.weight)
     return [(t.task_name, t.dispatched[0], int(t.weight)) for t in tasks[:count]]
 
@@ -62,7 +71,9 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--model", default="mobilenet_v2")
     p.add_argument("--size", default="full")
     p.add_argument("--target", default="llvm")
+    p.add_argument("--graph", default=None, help="a saved Relax module (graph.json) to take the kernels from")
     p.add_argument("--kernels", type=int, default=4, help="how many kernels (most FLOPs x calls first)")
+    p.add_argument("--names", nargs="+", default=None, help="these kernels instead (task names)")
     p.add_argument("--trials", type=int, default=16)
     p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--cost-models", nargs="+", default=["xgb-pretrained", "random"])
@@ -70,8 +81,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--out", default="logs/epilogue_space_llvm.json")
     args = p.parse_args(argv)
     target = measure.parse_target(args.target)
-    model = load_model(args.model, args.size)
-    kernels = epilogue_kernels(to_channels_last(model.mod), target, args.kernels)
+    if args.graph:
+        graph = tvm.ir.load_json(Path(args.graph).read_text())
+    else:
+        graph = graph_stage(load_model(args.model, args.size).mod, target, channels_last=True)[0]
+    kernels = epilogue_kernels(graph, target, args.kernels, args.names)
     rows = []
     for name, kernel, calls in kernels:
         for cost_model in args.cost_models:
@@ -99,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{r['kernel']:36s} {r['calls']:5d} {r['cost_model']:15s} {statistics.median(r['stock_ms']):9.4f} "
               f"{statistics.median(r['fused_ms']):9.4f} {r['stock_over_fused']:10.2f}x {' '.join(r['stock_in_tile'])}")
     out = {"command": "python -m benchmarks.epilogue_space " + " ".join(argv or sys.argv[1:]),
-           "model": args.model, "size": args.size, "target": str(target), "trials": args.trials,
+           "model": args.model, "graph": args.graph, "size": args.size, "target": str(target), "trials": args.trials,
            "seeds": args.seeds, "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))

@@ -30,6 +30,10 @@ def test_kernels_with_an_epilogue_most_flops_first():
     assert len(kernels) == 2  # the bare conv has no epilogue to fuse
     assert "conv2d_add" in kernels[0][0] and kernels[0][2] == 1
     assert [k[0] for k in epilogue_space.epilogue_kernels(_two_convs(), cpu, 1)] == [kernels[0][0]]
+    named = epilogue_space.epilogue_kernels(_two_convs(), cpu, 5, names=[kernels[1][0]])
+    assert [k[0] for k in named] == [kernels[1][0]]
+    with pytest.raises(SystemExit, match="no kernel named nope"):
+        epilogue_space.epilogue_kernels(_two_convs(), cpu, 5, names=["nope"])
 
 
 def test_the_stock_space_is_switched_back_even_when_tuning_fails(monkeypatch, tmp_path):
