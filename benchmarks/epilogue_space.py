@@ -54,12 +54,9 @@ def tuned_best(name: str, kernel, target, folder: Path, trials: int, cost_model:
     """(best measured seconds, records with the epilogue moved into the tile, records) of `kernel` after `trials`
     measurements in `space` (tuned into `folder` if short). A record counts as fused when its trace moves a block
     into the tile (`reverse_compute_at`), which in these kernels' spaces is the epilogue."""
-    design_space.FUSE_EPILOGUE = space == "fused"
-    try:
+    with design_space.epilogue_fusion(space == "fused"):
         tune_workloads([(name, kernel, 1.0)], target, folder, trials_per_kernel=trials, trials_per_iter=8,
                        seed=seed, cost_model=from_spec(cost_model, seed, target.kind.name))
-    finally:
-        design_space.FUSE_EPILOGUE = True
     db = open_database(folder)
     records = db.get_top_k(db.commit_workload(kernel), 10**6)
     fused = sum("reverse_compute_at" in str(r.trace) for r in records)

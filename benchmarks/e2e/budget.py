@@ -111,12 +111,16 @@ def static_shape_stage(mod: tvm.IRModule) -> tvm.IRModule:
 
 # arms that tune (and build) another module than the model as imported -> how it is made from (mod, target, seed):
 # the graph pass's, or TVM's tuning pipeline's
+def _optimize_graph(channels_last: bool) -> Callable[[tvm.IRModule, object, int], tvm.IRModule]:
+    """The graph `tvm-rl optimize` tunes, with channels-last as given."""
+    return lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=channels_last)[0]
+
+
 GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
-    "budget-optimize": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=False)[0],
-    "budget-optimize-nhwc": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=True)[0],
-    "budget-optimize-nhwc-xgb": lambda mod, target, seed: graph_stage(mod, target, seed=seed, channels_last=True)[0],
-    "budget-optimize-nhwc-stock": lambda mod, target, seed: graph_stage(mod, target, seed=seed,
-                                                                        channels_last=True)[0],
+    "budget-optimize": _optimize_graph(False),
+    "budget-optimize-nhwc": _optimize_graph(True),
+    "budget-optimize-nhwc-xgb": _optimize_graph(True),
+    "budget-optimize-nhwc-stock": _optimize_graph(True),
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 
@@ -127,12 +131,9 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
     `library` is the schedule library file the budget-ours-library arm starts from."""
     strategy, _, allocation = BUDGET_ARMS[arm]
     if allocation.endswith("+stock-space"):
-        design_space.FUSE_EPILOGUE = False
-        try:
+        with design_space.epilogue_fusion(False):
             return tune_budget(arm.removesuffix("-stock"), mod, target, folder, budget, seed, trials_per_iter,
                                cost_model, op_filter, before_tuning, after_batch, library)
-        finally:
-            design_space.FUSE_EPILOGUE = True
     if allocation.endswith("+droplet"):
         first = budget - int(budget * DROPLET_SHARE)
         if allocation.startswith("metaschedule"):

@@ -18,6 +18,9 @@ search measured nothing else on MobileNet-V2's channels-last convolutions (docs/
 """
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import tvm
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
@@ -98,9 +101,10 @@ class FusedEpilogueTiling(PyScheduleRule):
 
     def apply(self, sch: tvm.s_tir.Schedule, block: tvm.s_tir.schedule.SBlockRV) -> list[tvm.s_tir.Schedule]:
         # Inspected on copies: get_consumers and get_loops are traced, and the traces are what gets tuned.
-        if sch.get(block).name_hint == "root" or not sch.copy().get_consumers(block):
-            return list(self.inner.apply(sch, block))
+        has_epilogue = sch.get(block).name_hint != "root" and bool(sch.copy().get_consumers(block))
         spaces = list(self.inner.apply(sch, block))
+        if not has_epilogue:
+            return spaces
         fused = [s for s in spaces if _fused_downstream(s.copy(), block)]
         return fused or spaces
 
@@ -138,6 +142,17 @@ GEMM_REUSE_WRITE = {"req": "may", "levels": [1, 2], "scope": "global"}
 
 # Whether `space_generator` fuses epilogues by default; False gives MetaSchedule's spaces (an ablation's switch).
 FUSE_EPILOGUE = True
+
+
+@contextlib.contextmanager
+def epilogue_fusion(on: bool) -> Iterator[None]:
+    """FUSE_EPILOGUE set to `on` inside the block (tuning there takes that space) and restored after it."""
+    global FUSE_EPILOGUE
+    before, FUSE_EPILOGUE = FUSE_EPILOGUE, on
+    try:
+        yield
+    finally:
+        FUSE_EPILOGUE = before
 
 
 def space_generator(target: tvm.target.Target, guard: bool = True, mod: tvm.IRModule | None = None,
