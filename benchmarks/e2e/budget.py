@@ -21,6 +21,9 @@
 - `budget-optimize-nhwc-stock`: `budget-optimize-nhwc` tuned in MetaSchedule's own CPU design space
   (`design_space.FUSE_EPILOGUE` off: element-wise epilogues may be a separate loop nest), as it was before
   2026-12-07: the ablation of `design_space.FusedEpilogueTiling`.
+- `budget-optimize-nhwc-shipped`: `budget-optimize-nhwc` starting from the schedule library shipped in the package
+  whatever `--library` names, so that a candidate library (`--library FILE`, the `budget-optimize-nhwc` arm) is
+  held against the shipped one in one run.
 - `budget-ms-static`: `budget-metaschedule` on the module TVM's own tuning pipeline
   (`relax.pipeline.static_shape_tuning_pipeline`) tunes: batch norms decomposed for inference
   (`DecomposeOpsForInference`), so that their arithmetic folds into constants and fuses into the convolutions'
@@ -48,7 +51,7 @@ from tvm_rl.database import RECORDS, TuningDatabase
 from tvm_rl.flow import graph_stage
 from tvm_rl.tune import design_space
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
-from tvm_rl.tune.library import ScheduleLibrary
+from tvm_rl.tune.library import SHIPPED, ScheduleLibrary
 from tvm_rl.tune.measure_callback import AfterBatch
 from tvm_rl.tune.search_strategy.budget_cap import BudgetCap
 from tvm_rl.tune.tasks import (
@@ -74,6 +77,7 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-optimize-nhwc": ("evolutionary", True, "latency-share+library"),
                "budget-optimize-nhwc-xgb": ("evolutionary", False, "latency-share+library"),
                "budget-optimize-nhwc-stock": ("evolutionary", True, "latency-share+library+stock-space"),
+               "budget-optimize-nhwc-shipped": ("evolutionary", True, "latency-share+library+shipped"),
                "budget-ms-static": ("evolutionary", False, "metaschedule")}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
@@ -121,6 +125,7 @@ GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
     "budget-optimize-nhwc": _optimize_graph(True),
     "budget-optimize-nhwc-xgb": _optimize_graph(True),
     "budget-optimize-nhwc-stock": _optimize_graph(True),
+    "budget-optimize-nhwc-shipped": _optimize_graph(True),
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 
@@ -134,6 +139,9 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
         with design_space.epilogue_fusion(False):
             return tune_budget(arm.removesuffix("-stock"), mod, target, folder, budget, seed, trials_per_iter,
                                cost_model, op_filter, before_tuning, after_batch, library)
+    if allocation.endswith("+shipped"):
+        return tune_budget(arm.removesuffix("-shipped"), mod, target, folder, budget, seed, trials_per_iter,
+                           cost_model, op_filter, before_tuning, after_batch, SHIPPED)
     if allocation.endswith("+droplet"):
         first = budget - int(budget * DROPLET_SHARE)
         if allocation.startswith("metaschedule"):
