@@ -1,4 +1,5 @@
-"""Kernels tuned in MetaSchedule's CPU design space against ours, which computes element-wise epilogues in the tile.
+"""Kernels tuned in MetaSchedule's CPU design space against ours, which computes element-wise epilogues in the tile
+(and against ours with convolutions tiled like packed GEMMs).
 
     python -m benchmarks.epilogue_space --model mobilenet_v2 --graph RUN/graph.json --kernels 4 --trials 16 \
         --cost-models xgb-pretrained random --out logs/epilogue_space_llvm.json
@@ -9,8 +10,9 @@ epilogue that take the most FLOPs x calls, or those `--names` lists, are each tu
 measurements (`tune_workloads`: evolutionary search, batches of 8) per (space, cost model, seed), every tuning in a
 folder of its own under `--work-dir` (a rerun resumes). "stock" is MetaSchedule's space (its MultiLevelTiling also
 offers the epilogue as a separate loop nest over the whole output), "fused" is `design_space.space_generator`'s
-default (`FusedEpilogueTiling`). Prints each kernel's best measured time per arm and the stock / fused ratio; writes
-the JSON.
+default (`FusedEpilogueTiling`), "ssrs" is "fused" with a convolution's multi-level tiling as a packed GEMM's
+(`design_space.CONV_SSRS`: outer spatial tiles, the whole reduction, the register tile). `--spaces` picks them;
+prints each kernel's best measured time per space and the first space's over each other's; writes the JSON.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from tvm_rl.flow import graph_stage
 from tvm_rl.tune import design_space, extract_tasks, open_database, tune_workloads
 from tvm_rl.tune.cost_model import from_spec
 
-SPACES = ("stock", "fused")
+SPACES = ("stock", "fused", "ssrs")
 
 
 def epilogue_kernels(mod, target, count: int, names: list[str] | None = None) -> list[tuple[str, object, int]]:
@@ -54,7 +56,7 @@ def tuned_best(name: str, kernel, target, folder: Path, trials: int, cost_model:
     """(best measured seconds, records with the epilogue moved into the tile, records) of `kernel` after `trials`
     measurements in `space` (tuned into `folder` if short). A record counts as fused when its trace moves a block
     into the tile (`reverse_compute_at`), which in these kernels' spaces is the epilogue."""
-    with design_space.epilogue_fusion(space == "fused"):
+    with design_space.epilogue_fusion(space != "stock"), design_space.conv_tiling(space == "ssrs"):
         tune_workloads([(name, kernel, 1.0)], target, folder, trials_per_kernel=trials, trials_per_iter=8,
                        seed=seed, cost_model=from_spec(cost_model, seed, target.kind.name))
     db = open_database(folder)
@@ -74,6 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--trials", type=int, default=16)
     p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--cost-models", nargs="+", default=["xgb-pretrained", "random"])
+    p.add_argument("--spaces", nargs="+", choices=SPACES, default=["stock", "fused"],
+                   help="design spaces, the first the baseline of the ratios")
     p.add_argument("--work-dir", default="tvm_rl_work/epilogue_space")
     p.add_argument("--out", default="logs/epilogue_space_llvm.json")
     args = p.parse_args(argv)
@@ -83,13 +87,14 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         graph = graph_stage(load_model(args.model, args.size).mod, target, channels_last=True)[0]
     kernels = epilogue_kernels(graph, target, args.kernels, args.names)
-    rows = []
+    spaces, rows = args.spaces, []
+    first = spaces[0]
     for name, kernel, calls in kernels:
         for cost_model in args.cost_models:
-            times: dict[str, list[float]] = {s: [] for s in SPACES}
-            fused: dict[str, list[str]] = {s: [] for s in SPACES}
+            times: dict[str, list[float]] = {s: [] for s in spaces}
+            fused: dict[str, list[str]] = {s: [] for s in spaces}
             for seed in range(args.seeds):
-                for space in SPACES:
+                for space in spaces:
                     folder = Path(args.work_dir) / args.model / f"{name}_{space}_{cost_model}_s{seed}_n{args.trials}"
                     t0 = time.time()
                     best, in_tile, records = tuned_best(name, kernel, target, folder, args.trials, cost_model,
@@ -98,20 +103,24 @@ def main(argv: list[str] | None = None) -> dict:
                     fused[space].append(f"{in_tile}/{records}")
                     print(f"{name} {space} {cost_model} s{seed}: {best * 1e3:.4f} ms, epilogue in the tile in "
                           f"{in_tile} of {records} records [{time.time() - t0:.0f} s]", flush=True)
-            stock, fast = (statistics.median(times[s]) for s in SPACES)
-            rows.append({"kernel": name, "calls": calls, "cost_model": cost_model,
-                         "stock_ms": [t * 1e3 for t in times["stock"]], "fused_ms": [t * 1e3 for t in times["fused"]],
-                         "stock_over_fused": stock / fast, "stock_in_tile": fused["stock"],
-                         "fused_in_tile": fused["fused"]})
+            row = {"kernel": name, "calls": calls, "cost_model": cost_model}
+            for space in spaces:
+                row[f"{space}_ms"] = [t * 1e3 for t in times[space]]
+                row[f"{space}_in_tile"] = fused[space]
+            for space in spaces[1:]:
+                row[f"{first}_over_{space}"] = statistics.median(times[first]) / statistics.median(times[space])
+            rows.append(row)
     print(f"\n{args.model}, channels-last, {args.trials} trials per kernel, {args.seeds} seed(s), medians")
-    print(f"{'kernel':36s} {'calls':>5s} {'cost model':15s} {'stock ms':>9s} {'fused ms':>9s} {'stock/fused':>11s} "
-          "stock records in the tile")
+    print(f"{'kernel':36s} {'calls':>5s} {'cost model':15s} " + " ".join(f"{s + ' ms':>9s}" for s in spaces) + " "
+          + " ".join(f"{first + '/' + s:>11s}" for s in spaces[1:]) + f" {first} records in the tile")
     for r in rows:
-        print(f"{r['kernel']:36s} {r['calls']:5d} {r['cost_model']:15s} {statistics.median(r['stock_ms']):9.4f} "
-              f"{statistics.median(r['fused_ms']):9.4f} {r['stock_over_fused']:10.2f}x {' '.join(r['stock_in_tile'])}")
+        print(f"{r['kernel']:36s} {r['calls']:5d} {r['cost_model']:15s} "
+              + " ".join(f"{statistics.median(r[s + '_ms']):9.4f}" for s in spaces) + " "
+              + " ".join(f"{r[first + '_over_' + s]:10.2f}x" for s in spaces[1:]) + " "
+              + " ".join(r[f"{first}_in_tile"]))
     out = {"command": "python -m benchmarks.epilogue_space " + " ".join(argv or sys.argv[1:]),
            "model": args.model, "graph": args.graph, "size": args.size, "target": str(target), "trials": args.trials,
-           "seeds": args.seeds, "rows": rows}
+           "seeds": args.seeds, "spaces": spaces, "rows": rows}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     return out

@@ -21,6 +21,8 @@
 - `budget-optimize-nhwc-stock`: `budget-optimize-nhwc` tuned in MetaSchedule's own CPU design space
   (`design_space.FUSE_EPILOGUE` off: element-wise epilogues may be a separate loop nest), as it was before
   2026-12-07: the ablation of `design_space.FusedEpilogueTiling`.
+- `budget-optimize-nhwc-ssrs`: `budget-optimize-nhwc` with every convolution tiled as a packed GEMM
+  (`design_space.CONV_SSRS`: outer spatial tiles, the whole reduction, the register tile).
 - `budget-optimize-nhwc-shipped`: `budget-optimize-nhwc` starting from the schedule library shipped in the package
   whatever `--library` names, so that a candidate library (`--library FILE`, the `budget-optimize-nhwc` arm) is
   held against the shipped one in one run.
@@ -78,6 +80,7 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-optimize-nhwc-xgb": ("evolutionary", False, "latency-share+library"),
                "budget-optimize-nhwc-stock": ("evolutionary", True, "latency-share+library+stock-space"),
                "budget-optimize-nhwc-shipped": ("evolutionary", True, "latency-share+library+shipped"),
+               "budget-optimize-nhwc-ssrs": ("evolutionary", True, "latency-share+library+conv-ssrs"),
                "budget-ms-static": ("evolutionary", False, "metaschedule")}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
@@ -126,6 +129,7 @@ GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
     "budget-optimize-nhwc-xgb": _optimize_graph(True),
     "budget-optimize-nhwc-stock": _optimize_graph(True),
     "budget-optimize-nhwc-shipped": _optimize_graph(True),
+    "budget-optimize-nhwc-ssrs": _optimize_graph(True),
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 
@@ -138,6 +142,10 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
     if allocation.endswith("+stock-space"):
         with design_space.epilogue_fusion(False):
             return tune_budget(arm.removesuffix("-stock"), mod, target, folder, budget, seed, trials_per_iter,
+                               cost_model, op_filter, before_tuning, after_batch, library)
+    if allocation.endswith("+conv-ssrs"):
+        with design_space.conv_tiling(True):
+            return tune_budget(arm.removesuffix("-ssrs"), mod, target, folder, budget, seed, trials_per_iter,
                                cost_model, op_filter, before_tuning, after_batch, library)
     if allocation.endswith("+shipped"):
         return tune_budget(arm.removesuffix("-shipped"), mod, target, folder, budget, seed, trials_per_iter,

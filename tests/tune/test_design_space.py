@@ -7,8 +7,8 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder.local_builder import default_build
 
 from tvm_rl import measure
-from tvm_rl.tune import extract_tasks, tasks, tune_model
-from tvm_rl.tune.design_space import intermediate_layout_free, packed_gemm, space_generator
+from tvm_rl.tune import design_space, extract_tasks, tasks, tune_model
+from tvm_rl.tune.design_space import intermediate_layout_free, packed_conv, packed_gemm, space_generator
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.runner.failures import _signature
 
@@ -124,8 +124,8 @@ def _matmul_and_conv(cpu) -> dict[str, tvm.IRModule]:
     return {t.task_name.rstrip("0123456789"): t.dispatched[0] for t in extract_tasks(bb.get(), cpu)}
 
 
-def _tile_levels(mod: tvm.IRModule, cpu) -> set[int]:
-    sch = first_space(mod, cpu, space_generator(cpu, mod=mod))
+def _tile_levels(mod: tvm.IRModule, cpu, **kwargs) -> set[int]:
+    sch = first_space(mod, cpu, space_generator(cpu, mod=mod, **kwargs))
     return {len(i.outputs) for i in sch.trace.insts if i.kind.name == "SamplePerfectTile"}
 
 
@@ -137,6 +137,19 @@ def test_a_gemm_with_a_constant_weight_is_tiled_ssrs_and_a_conv_keeps_the_defaul
     assert not packed_gemm(attention_task(cpu))  # several reductions: the default tiling
     unmarked = tvm.IRModule({"main": kernels["matmul"]["main"].without_attr("layout_free_buffers")})
     assert not packed_gemm(unmarked)  # nothing for RewriteLayout to pack
+
+
+def test_a_conv_is_tiled_like_a_packed_gemm_only_when_asked(cpu):
+    kernels = _matmul_and_conv(cpu)
+    assert packed_conv(kernels["conv2d"]) and not packed_conv(kernels["matmul"])
+    assert not packed_conv(attention_task(cpu))  # several reducing blocks
+    unmarked = tvm.IRModule({"main": kernels["conv2d"]["main"].without_attr("layout_free_buffers")})
+    assert not packed_conv(unmarked)
+    assert _tile_levels(kernels["conv2d"], cpu, conv_ssrs=True) == {3}  # S, S, R, S
+    with design_space.conv_tiling(True):
+        assert design_space.CONV_SSRS and _tile_levels(kernels["conv2d"], cpu) == {3}
+    assert not design_space.CONV_SSRS and _tile_levels(kernels["conv2d"], cpu) == {4, 2}
+    assert _tile_levels(kernels["matmul"], cpu, conv_ssrs=True) == {3}
 
 
 def _conv_bias_relu6(cpu, epilogue: bool = True) -> tvm.IRModule:
@@ -183,10 +196,11 @@ def test_a_kernel_without_epilogue_keeps_every_space(cpu):
     assert len(_spaces(mod, cpu)) == len(_spaces(mod, cpu, fuse_epilogue=False))
 
 
-def test_a_fused_epilogue_space_computes_what_the_kernel_computes(cpu):
+@pytest.mark.parametrize("conv_ssrs", [False, True])
+def test_a_fused_epilogue_space_computes_what_the_kernel_computes(cpu, conv_ssrs):
     mod = _conv_bias_relu6(cpu)
-    context = ms.TuneContext(mod=mod, target=cpu, space_generator=space_generator(cpu, mod=mod), task_name="t",
-                             rand_state=0)
+    generator = space_generator(cpu, mod=mod, conv_ssrs=conv_ssrs)
+    context = ms.TuneContext(mod=mod, target=cpu, space_generator=generator, task_name="t", rand_state=0)
     args = [np.random.default_rng(1).standard_normal([int(d) for d in a.shape]).astype("float32")
             for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]
     expected = _run(mod, cpu, args)

@@ -123,13 +123,23 @@ def packed_gemm(mod: tvm.IRModule) -> bool:
     """Whether `mod` is a GEMM-like kernel (one reduction block, over one axis: a matmul, dense or batch matmul
     with its element-wise epilogue; not a convolution, not fused attention) with a weight marked layout-free
     (`kernel_stage` marks constants), which RewriteLayout packs."""
-    from .tir_blocks import blocks
+    return _reduction_axes(mod) == [1]
 
+
+def packed_conv(mod: tvm.IRModule) -> bool:
+    """Whether `mod` is a convolution-like kernel (one reduction block, over several axes: a conv, depthwise
+    included, with its element-wise epilogue) with a weight marked layout-free."""
+    reductions = _reduction_axes(mod)
+    return reductions is not None and len(reductions) == 1 and reductions[0] > 1
+
+
+def _reduction_axes(mod: tvm.IRModule) -> list[int] | None:
+    """How many reduction axes each of `mod`'s blocks that reduce has; None when no weight is marked layout-free."""
     func = next(iter(mod.functions.values())) if len(mod.functions) == 1 else mod["main"]
     if not list((func.attrs or {}).get("layout_free_buffers", [])):
-        return False
-    reductions = [n for n in (sum(int(v.iter_type) == 2 for v in b.iter_vars) for b in blocks(func)) if n]
-    return reductions == [1]  # iter_type 2: CommReduce
+        return None
+    counts = (sum(int(v.iter_type) == 2 for v in b.iter_vars) for b in blocks(func))  # iter_type 2: CommReduce
+    return [n for n in counts if n]
 
 
 # The register tile of a packed GEMM: outer spatial tiles, the whole reduction, then the innermost spatial tile
@@ -142,30 +152,43 @@ GEMM_REUSE_WRITE = {"req": "may", "levels": [1, 2], "scope": "global"}
 
 # Whether `space_generator` fuses epilogues by default; False gives MetaSchedule's spaces (an ablation's switch).
 FUSE_EPILOGUE = True
+# Whether `space_generator` tiles a `packed_conv` workload as GEMM_TILING too (the conv tiling ablation's switch).
+CONV_SSRS = False
 
 
 @contextlib.contextmanager
-def epilogue_fusion(on: bool) -> Iterator[None]:
-    """FUSE_EPILOGUE set to `on` inside the block (tuning there takes that space) and restored after it."""
-    global FUSE_EPILOGUE
-    before, FUSE_EPILOGUE = FUSE_EPILOGUE, on
+def _switched(name: str, on: bool) -> Iterator[None]:
+    """Module switch `name` set to `on` inside the block (tuning there takes that space) and restored after it."""
+    before = globals()[name]
+    globals()[name] = on
     try:
         yield
     finally:
-        FUSE_EPILOGUE = before
+        globals()[name] = before
+
+
+def epilogue_fusion(on: bool) -> contextlib.AbstractContextManager[None]:
+    """FUSE_EPILOGUE set to `on` inside the block and restored after it."""
+    return _switched("FUSE_EPILOGUE", on)
+
+
+def conv_tiling(ssrs: bool) -> contextlib.AbstractContextManager[None]:
+    """CONV_SSRS set to `ssrs` inside the block and restored after it."""
+    return _switched("CONV_SSRS", ssrs)
 
 
 def space_generator(target: tvm.target.Target, guard: bool = True, mod: tvm.IRModule | None = None,
-                    fuse_epilogue: bool | None = None) -> ms.SpaceGenerator | str:
+                    fuse_epilogue: bool | None = None, conv_ssrs: bool | None = None) -> ms.SpaceGenerator | str:
     """MetaSchedule's default design space for `target` ("post-order-apply"); on CPU its multi-level tiling
     wrapped in `FusedEpilogueTiling` where `fuse_epilogue` (None: FUSE_EPILOGUE), with `guard` `RewriteLayout`
     replaced by `GuardedRewriteLayout`, and for a `packed_gemm` workload `mod` its multi-level tiling as
-    GEMM_TILING. Pass it as a TuneContext's `space_generator`, and check the candidates of the `guarded`
-    workloads."""
+    GEMM_TILING (a `packed_conv` one too where `conv_ssrs`, None: CONV_SSRS). Pass it as a TuneContext's
+    `space_generator`, and check the candidates of the `guarded` workloads."""
     if measure.is_gpu(target):
         return "post-order-apply"
     fuse_epilogue = FUSE_EPILOGUE if fuse_epilogue is None else fuse_epilogue
-    gemm = mod is not None and packed_gemm(mod)
+    conv_ssrs = CONV_SSRS if conv_ssrs is None else conv_ssrs
+    gemm = mod is not None and (packed_gemm(mod) or (conv_ssrs and packed_conv(mod)))
     if not guard and not gemm and not fuse_epilogue:
         return "post-order-apply"
     postprocs = [GuardedRewriteLayout() if guard and isinstance(p, ms.postproc.RewriteLayout) else p
