@@ -10,7 +10,7 @@ epilogue that take the most FLOPs x calls, or those `--names` lists, are each tu
 measurements (`tune_workloads`: evolutionary search, batches of 8) per (space, cost model, seed), every tuning in a
 folder of its own under `--work-dir` (a rerun resumes). "stock" is MetaSchedule's space (its MultiLevelTiling also
 offers the epilogue as a separate loop nest over the whole output), "fused" is `design_space.space_generator`'s
-default (`FusedEpilogueTiling`), "ssrs" is "fused" with a convolution's multi-level tiling as a packed GEMM's
+default (`FusedEpilogueTiling`), "ssrs" is "fused" with a 1x1 convolution's multi-level tiling as a packed GEMM's
 (`design_space.CONV_SSRS`: outer spatial tiles, the whole reduction, the register tile). `--spaces` picks them;
 prints each kernel's best measured time per space and the first space's over each other's; writes the JSON.
 """

@@ -21,7 +21,7 @@
 - `budget-optimize-nhwc-stock`: `budget-optimize-nhwc` tuned in MetaSchedule's own CPU design space
   (`design_space.FUSE_EPILOGUE` off: element-wise epilogues may be a separate loop nest), as it was before
   2026-12-07: the ablation of `design_space.FusedEpilogueTiling`.
-- `budget-optimize-nhwc-ssrs`: `budget-optimize-nhwc` with every convolution tiled as a packed GEMM
+- `budget-optimize-nhwc-ssrs`: `budget-optimize-nhwc` with every pointwise (1x1) convolution tiled as a packed GEMM
   (`design_space.CONV_SSRS`: outer spatial tiles, the whole reduction, the register tile).
 - `budget-optimize-nhwc-shipped`: `budget-optimize-nhwc` starting from the schedule library shipped in the package
   whatever `--library` names, so that a candidate library (`--library FILE`, the `budget-optimize-nhwc` arm) is

@@ -139,16 +139,19 @@ def test_a_gemm_with_a_constant_weight_is_tiled_ssrs_and_a_conv_keeps_the_defaul
     assert not packed_gemm(unmarked)  # nothing for RewriteLayout to pack
 
 
-def test_a_conv_is_tiled_like_a_packed_gemm_only_when_asked(cpu):
+def test_a_pointwise_conv_is_tiled_like_a_packed_gemm_only_when_asked(cpu):
     kernels = _matmul_and_conv(cpu)
-    assert packed_conv(kernels["conv2d"]) and not packed_conv(kernels["matmul"])
+    pointwise = _conv_bias_relu6(cpu)
+    assert packed_conv(pointwise) and not packed_conv(kernels["matmul"])
+    assert not packed_conv(kernels["conv2d"])  # a 3x3 conv reduces over three long axes
     assert not packed_conv(attention_task(cpu))  # several reducing blocks
-    unmarked = tvm.IRModule({"main": kernels["conv2d"]["main"].without_attr("layout_free_buffers")})
+    unmarked = tvm.IRModule({"main": pointwise["main"].without_attr("layout_free_buffers")})
     assert not packed_conv(unmarked)
-    assert _tile_levels(kernels["conv2d"], cpu, conv_ssrs=True) == {3}  # S, S, R, S
+    assert _tile_levels(pointwise, cpu, conv_ssrs=True) == {3}  # S, S, R, S
     with design_space.conv_tiling(True):
-        assert design_space.CONV_SSRS and _tile_levels(kernels["conv2d"], cpu) == {3}
-    assert not design_space.CONV_SSRS and _tile_levels(kernels["conv2d"], cpu) == {4, 2}
+        assert design_space.CONV_SSRS and _tile_levels(pointwise, cpu) == {3}
+        assert _tile_levels(kernels["conv2d"], cpu) == {4, 2}
+    assert not design_space.CONV_SSRS and _tile_levels(pointwise, cpu) == {4, 2}
     assert _tile_levels(kernels["matmul"], cpu, conv_ssrs=True) == {3}
 
 

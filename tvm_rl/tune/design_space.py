@@ -127,15 +127,24 @@ def packed_gemm(mod: tvm.IRModule) -> bool:
 
 
 def packed_conv(mod: tvm.IRModule) -> bool:
-    """Whether `mod` is a convolution-like kernel (one reduction block, over several axes: a conv, depthwise
-    included, with its element-wise epilogue) with a weight marked layout-free."""
+    """Whether `mod` is a pointwise convolution (one reduction block, over several axes of which one is longer than
+    1: a 1x1 conv, a GEMM in disguise, with its element-wise epilogue) with a weight marked layout-free."""
     reductions = _reduction_axes(mod)
-    return reductions is not None and len(reductions) == 1 and reductions[0] > 1
+    return reductions is not None and len(reductions) == 1 and reductions[0] > 1 and _long_reductions(mod) == 1
+
+
+def _long_reductions(mod: tvm.IRModule) -> int:
+    """How many reduction axes longer than 1 `mod`'s blocks have in all."""
+    return sum(int(v.iter_type) == 2 and int(v.dom.extent) > 1 for b in blocks(_main(mod)) for v in b.iter_vars)
+
+
+def _main(mod: tvm.IRModule) -> tvm.tirx.PrimFunc:
+    return next(iter(mod.functions.values())) if len(mod.functions) == 1 else mod["main"]
 
 
 def _reduction_axes(mod: tvm.IRModule) -> list[int] | None:
     """How many reduction axes each of `mod`'s blocks that reduce has; None when no weight is marked layout-free."""
-    func = next(iter(mod.functions.values())) if len(mod.functions) == 1 else mod["main"]
+    func = _main(mod)
     if not list((func.attrs or {}).get("layout_free_buffers", [])):
         return None
     counts = (sum(int(v.iter_type) == 2 for v in b.iter_vars) for b in blocks(func))  # iter_type 2: CommReduce
@@ -152,7 +161,7 @@ GEMM_REUSE_WRITE = {"req": "may", "levels": [1, 2], "scope": "global"}
 
 # Whether `space_generator` fuses epilogues by default; False gives MetaSchedule's spaces (an ablation's switch).
 FUSE_EPILOGUE = True
-# Whether `space_generator` tiles a `packed_conv` workload as GEMM_TILING too (the conv tiling ablation's switch).
+# Whether `space_generator` tiles a `packed_conv` (1x1) workload as GEMM_TILING too (an experiment's switch).
 CONV_SSRS = False
 
 
