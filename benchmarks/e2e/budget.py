@@ -81,6 +81,7 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-optimize-nhwc-stock": ("evolutionary", True, "latency-share+library+stock-space"),
                "budget-optimize-nhwc-shipped": ("evolutionary", True, "latency-share+library+shipped"),
                "budget-optimize-nhwc-ssrs": ("evolutionary", True, "latency-share+library+conv-ssrs"),
+               "budget-optimize-nhwc-learned": ("evolutionary", True, "latency-share+library+learned-allocator"),
                "budget-ms-static": ("evolutionary", False, "metaschedule")}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
@@ -130,15 +131,20 @@ GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
     "budget-optimize-nhwc-stock": _optimize_graph(True),
     "budget-optimize-nhwc-shipped": _optimize_graph(True),
     "budget-optimize-nhwc-ssrs": _optimize_graph(True),
+    "budget-optimize-nhwc-learned": _optimize_graph(True),
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 
 def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, trials_per_iter: int, cost_model,
                 op_filter: str | None, before_tuning: Callable[[], None] | None,
-                after_batch: Callable[[], object] | None, library: str | Path | None = None):
+                after_batch: Callable[[], object] | None, library: str | Path | None = None,
+                gain_model: str | Path = "shipped"):
     """Tune `mod`'s kernels into `folder` as budget arm `arm` does, `budget` measurements in all; (database, report).
-    `library` is the schedule library file the budget-ours-library arm starts from."""
+    `library` is the schedule library file the budget-ours-library arm starts from; `gain_model` the learned
+    allocator's model (`batch_gain.open_gain_model`) the -learned arm ranks kernels by."""
     strategy, _, allocation = BUDGET_ARMS[arm]
+    allocator = gain_model if allocation.endswith("+learned-allocator") else None
+    allocation = allocation.removesuffix("+learned-allocator")
     if allocation.endswith("+stock-space"):
         with design_space.epilogue_fusion(False):
             return tune_budget(arm.removesuffix("-stock"), mod, target, folder, budget, seed, trials_per_iter,
@@ -165,7 +171,7 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
         report.trials += late.trials
         return database, report
     common = dict(trials_per_iter=trials_per_iter, strategy=strategy, seed=seed, op_filter=op_filter,
-                  cost_model=cost_model, before_tuning=before_tuning, after_batch=after_batch)
+                  cost_model=cost_model, before_tuning=before_tuning, after_batch=after_batch, allocator=allocator)
     if allocation == "latency-share":
         return tune_model(mod, target, folder, budget=budget, **common)
     if allocation.startswith("latency-share+library"):

@@ -160,6 +160,9 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
                    "or xgb-pretrained (the one shipped for the target)")
     p.add_argument("--library", default=None, metavar="FILE",
                    help="the schedule library budget-ours-library starts from (`tvm-rl library build`)")
+    p.add_argument("--gain-model", default="shipped", metavar="FILE",
+                   help="the learned allocator's gain model the -learned arm ranks kernels by (default: shipped; "
+                        "`python -m benchmarks.batch_gain --model-out`)")
     p.add_argument("--op-filter", default=None, help="tune only kernels whose task name contains this (a check)")
     p.add_argument("--passes", type=int, default=5, help="interleaved timing passes over all variants")
     p.add_argument("--budget-s", type=float, default=20.0, help="seconds of TVM timing per variant, all passes")
@@ -251,7 +254,8 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
         if arm in BUDGET_ARMS:  # N is the whole model's measurements
             mod = arm_module(arm, model.mod, target, folder, seed)
             database, report = tune_budget(arm, mod, target, folder, trials, seed, TRIALS_PER_ITER, cost_model,
-                                           args.op_filter, wait_for_quiet_cores, after_batch, args.library)
+                                           args.op_filter, wait_for_quiet_cores, after_batch, args.library,
+                                           args.gain_model)
         else:
             database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials,
                                           trials_per_iter=TRIALS_PER_ITER, strategy=strategy, seed=seed,
@@ -329,7 +333,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     scratch.mkdir(parents=True, exist_ok=True)
     settings = {"target": str(target), "target_name": name_of_target, "size": args.size, "op_filter": args.op_filter,
                 "trials_per_iter": TRIALS_PER_ITER, "cost_model": args.cost_model, "threads": args.threads,
-                "library": args.library,
+                "library": args.library, "gain_model": args.gain_model,
                 "passes": args.passes, "machine": f"{platform.machine()} {os.cpu_count()} cores",
                 "torch": torch.__version__,
                 "command": " ".join([prog or "tuner_e2e", *(argv if argv is not None else sys.argv[1:])])}

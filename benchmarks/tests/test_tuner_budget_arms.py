@@ -122,3 +122,16 @@ def test_the_shipped_library_arm_starts_from_the_shipped_library_whatever_librar
         tune_budget(arm, relax_matmul(), host_cpu_target(), tmp_path, 4, 0, 2, "xgb", None, None, None, "lib")
     assert seen == [SHIPPED, "lib"]
     assert "budget-optimize-nhwc-shipped" in budget.GRAPH_ARMS  # it tunes the graph `optimize` tunes
+
+
+def test_the_learned_arm_ranks_kernels_by_the_gain_model_it_is_given(tmp_path, monkeypatch):
+    from benchmarks.e2e import budget
+
+    seen = []
+    monkeypatch.setattr(budget, "tune_model", lambda *a, **kw: seen.append((kw["allocator"], kw["library"]))
+                        or (None, None))
+    for arm in ("budget-optimize-nhwc-learned", "budget-optimize-nhwc"):
+        tune_budget(arm, relax_matmul(), host_cpu_target(), tmp_path, 4, 0, 2, "xgb", None, None, None, "lib",
+                    "gain.json")
+    assert seen == [("gain.json", "lib"), (None, "lib")]
+    assert "budget-optimize-nhwc-learned" in budget.GRAPH_ARMS  # it tunes the graph `optimize` tunes

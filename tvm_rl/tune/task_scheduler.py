@@ -13,6 +13,9 @@ changes a budget needs:
   kernel has had its first), so an interrupted run loses at most one batch and resumes from what was measured:
   a kernel's earlier records count as its history.
 - It stops choosing at a deadline (`tvm-rl optimize --minutes`).
+
+Given a `batch_gain.GainModel`, a kernel measured at least once is ranked instead by its calls x its best latency
+x the gain the model expects of its next batch (the learned allocator; not the default).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from ..database import record_seconds
+from .batch_gain import GainModel, features
 
 # Rough rates of the naive loops TVM builds for an untuned CPU kernel (one thread, scalar): ResNet-18's untuned
 # build runs its 1.8 GFLOP in about 3 s on a 2-core Xeon. They rank kernels nobody has measured yet, against the
@@ -59,13 +63,15 @@ class LatencyShare(PyTaskScheduler):
 
     `estimates[i]` is task i's latency untuned (`untuned_seconds`); `prior[i]` its best latency in seconds and its
     batches so far from an earlier run (None, 0 when new). `observer` (give it to the tuning call's measure
-    callbacks) reports each batch back to the scheduler.
+    callbacks) reports each batch back to the scheduler. `gain_model` replaces the rule for measured tasks.
     """
 
     def __init__(self, estimates: Sequence[float], prior: Sequence[tuple[float | None, int]] | None = None,
-                 alpha: float = 0.2, window: int = 3, deadline: float | None = None, seed: int = 0) -> None:
+                 alpha: float = 0.2, window: int = 3, deadline: float | None = None, seed: int = 0,
+                 gain_model: GainModel | None = None) -> None:
         super().__init__()
         self.alpha, self.window, self.deadline = alpha, window, deadline
+        self.gain_model = gain_model
         self.estimates = list(estimates)
         prior = prior or [(None, 0)] * len(self.estimates)
         # best latency so far after each batch (seconds); a resumed task's earlier batches all count at its best
@@ -98,6 +104,13 @@ class LatencyShare(PyTaskScheduler):
     def choose(self, alive: Sequence[int], weights: Sequence[float]) -> int:
         """The task of `alive` (with these calls per model run) whose next batch should save the most time."""
         scores = [self._score(i, w) for i, w in zip(alive, weights)]
+        if self.gain_model is not None:
+            measured = [(j, [b for b in self.history[i] if not math.isinf(b)]) for j, i in enumerate(alive)]
+            measured = [(j, bests) for j, bests in measured if bests]
+            if measured:
+                gains = self.gain_model.predict([features(bests, self.estimates[alive[j]]) for j, bests in measured])
+                for (j, bests), gain in zip(measured, gains):
+                    scores[j] = weights[j] * bests[-1] * float(gain)
         top = max(scores)
         return self.rng.choice(list(alive)) if top == min(scores) else alive[scores.index(top)]
 

@@ -23,6 +23,7 @@ from ..errors import TargetError, TvmRlError
 from ..interrupt import interruptible
 from ..measure import kernel_stage, parse_target
 from . import search_strategy
+from .batch_gain import GainModel, open_gain_model
 from .cost_model import default as default_cost_model
 from .cost_model.warm import warm as warm_cost_model
 from .design_space import guarded, space_generator
@@ -107,7 +108,8 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
                before_tuning: Callable[[], None] | None = None,
                after_batch: Callable[[], object] | None = None, budget: int | None = None,
                minutes: float | None = None,
-               library: ScheduleLibrary | str | os.PathLike | None = None) -> tuple[ms.Database, TuneReport]:
+               library: ScheduleLibrary | str | os.PathLike | None = None,
+               allocator: GainModel | str | os.PathLike | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune each kernel of `mod` up to `trials_per_kernel` measured candidates into `work_dir`'s database, or
     spend a whole-model `budget` of measurements and/or `minutes` where the model's latency is.
 
@@ -118,7 +120,7 @@ def tune_model(mod: tvm.IRModule, target: tvm.target.Target | str, work_dir: str
     check_local_device(target, runner)
     return tune_workloads(model_workloads(mod, target), target, work_dir, trials_per_kernel, trials_per_iter,
                           strategy, seed, op_filter, builder, runner, verbose, check_results, cost_model,
-                          before_tuning, after_batch, budget, minutes, library)
+                          before_tuning, after_batch, budget, minutes, library, allocator)
 
 
 def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target: tvm.target.Target | str,
@@ -130,7 +132,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
                    before_tuning: Callable[[], None] | None = None,
                    after_batch: Callable[[], object] | None = None, budget: int | None = None,
                    minutes: float | None = None,
-                   library: ScheduleLibrary | str | os.PathLike | None = None) -> tuple[ms.Database, TuneReport]:
+                   library: ScheduleLibrary | str | os.PathLike | None = None,
+                   allocator: GainModel | str | os.PathLike | None = None) -> tuple[ms.Database, TuneReport]:
     """Tune (name, TIR module with one PrimFunc, weight) workloads into `work_dir`'s database, each up to
     `trials_per_kernel` records: a workload already there is skipped or given only the remainder, so an
     interrupted run resumes.
@@ -166,6 +169,8 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     `trials_per_kernel` nor `budget`), and with evolutionary search up to half of each kernel's first batch is the
     library's schedules for its kind of kernel, the best by the cost model (`search_strategy.seeded`). None (the
     default here; `optimize` and the CLI start from the shipped one) starts every kernel from nothing.
+    `allocator` ranks a whole-model budget's measured kernels by a learned gain model (`batch_gain.open_gain_model`:
+    a GainModel, its file, or "shipped") instead of MetaSchedule's gradient rule (None, the default).
     """
     target = parse_target(target)
     check_local_device(target, runner)
@@ -178,6 +183,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     database = folder.open()
     report = TuneReport()
     library = open_library(library, target.kind.name)
+    gain_model = open_gain_model(allocator, target.kind.name) if budget is not None or minutes is not None else None
     if library is not None:
         report.from_library = library.apply_to(folder, [w for w in workloads if not op_filter or op_filter in w[0]],
                                                target)
@@ -254,7 +260,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     scheduler = None
     with interruptible(lambda: _resume_hint(folder)):
         if whole_model:
-            scheduler = _latency_share(todo, keys, earlier, trials_per_iter, minutes, seed)
+            scheduler = _latency_share(todo, keys, earlier, trials_per_iter, minutes, seed, gain_model)
             failures = FailureLog(report.failure_log, names)
             ms.tune_tasks(
                 task_scheduler=scheduler,
@@ -305,7 +311,8 @@ _UNLIMITED = 1_000_000
 
 
 def _latency_share(todo: Sequence[tuple[str, tvm.IRModule, float]], keys: Sequence[int],
-                   earlier: dict[int, list], trials_per_iter: int, minutes: float | None, seed: int) -> LatencyShare:
+                   earlier: dict[int, list], trials_per_iter: int, minutes: float | None, seed: int,
+                   gain_model: GainModel | None = None) -> LatencyShare:
     """The whole-model scheduler for `todo`, its history resumed from each task's `earlier` records."""
     prior: list[tuple[float | None, int]] = []
     for key in keys:
@@ -313,7 +320,8 @@ def _latency_share(todo: Sequence[tuple[str, tvm.IRModule, float]], keys: Sequen
         seconds = [s for s in (record_seconds(r.run_secs) for r in records) if s is not None]
         prior.append((min(seconds) if seconds else None, -(-len(records) // trials_per_iter)))
     deadline = time.monotonic() + 60 * minutes if minutes is not None else None
-    return LatencyShare([untuned_seconds(mod) for _, mod, _ in todo], prior, deadline=deadline, seed=seed)
+    return LatencyShare([untuned_seconds(mod) for _, mod, _ in todo], prior, deadline=deadline, seed=seed,
+                        gain_model=gain_model)
 
 
 def _records_by_key(database: ms.Database, keys: Sequence[int]) -> dict[int, list]:
