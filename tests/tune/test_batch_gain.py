@@ -36,6 +36,16 @@ def test_a_curve_is_the_best_after_each_full_batch_in_measurement_order(cpu, tmp
     assert curve.untuned == pytest.approx(untuned_seconds(matmul(16)))
 
 
+def test_a_folder_that_is_not_a_tuning_run_is_named(cpu, tmp_path):
+    with pytest.raises(TvmRlError, match="holds no tuning records"):
+        read_curves(tmp_path)
+    folder = _folder(tmp_path / "run", cpu, {16: [1e-3, 2e-3]})
+    with open(folder / "database_tuning_record.json", "a") as f:
+        f.write('[0, "not a record"]\n')
+    with pytest.raises(TvmRlError, match="database_tuning_record.json"):
+        read_curves(folder)
+
+
 def test_features_say_what_the_last_batch_and_the_whole_run_gained():
     row = dict(zip(FEATURES, features([4e-3, 2e-3, 1e-3], 1.0)))
     assert row["log2_batches"] == pytest.approx(math.log2(3))

@@ -98,7 +98,7 @@ def open_gain_model(allocator: GainModel | str | os.PathLike | None, target_kind
     if str(allocator) == "shipped":
         path = shipped_gain_model(target_kind)
         if path is None:
-            raise TvmRlError(f"no gain model ships for target kind {target_kind!r}: fit one "
-                             f"(`python -m benchmarks.batch_gain`) and pass its file")
+            raise TvmRlError(f"no gain model ships for target kind {target_kind!r}: fit one on your tuning runs "
+                             f"(`tuning_curves.fit_gain_model(...)`, then `.save(path)`) and pass its file")
         return GainModel.load(path)
     return GainModel.load(allocator)

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from tvm.s_tir import meta_schedule as ms
 
-from ..database import record_seconds
+from ..database import RECORDS, WORKLOADS, check_database_dir, record_seconds
+from ..errors import DatabaseError
 from .batch_gain import FEATURES, GainModel, features
 from .task_scheduler import untuned_seconds
 
@@ -32,18 +34,20 @@ class Curve:
 def read_curves(folder: str | os.PathLike, batch: int = BATCH) -> list[Curve]:
     """Each kernel's tuning curve in a tuning database folder (`database_workload.json`,
     `database_tuning_record.json`), its records taken in file order (the order they were measured) in batches of
-    `batch`; a last, partial batch is left out, as are kernels with no valid record."""
-    from tvm.s_tir import meta_schedule as ms
-
+    `batch`; a last, partial batch is left out, as are kernels with no valid record. A folder that is not a
+    readable tuning database raises DatabaseError naming the file and line."""
     folder = Path(folder)
+    check_database_dir(folder)
+    if not (folder / RECORDS).is_file():
+        raise DatabaseError(f"{folder} holds no tuning records ({RECORDS}): not a tuning run's folder")
     times: dict[int, list[float]] = {}
-    with open(folder / "database_tuning_record.json") as f:
+    with open(folder / RECORDS) as f:
         for line in f:
             if line.strip():
                 index, record = json.loads(line)
                 measured = record_seconds(record[1])
                 times.setdefault(index, []).append(math.inf if measured is None else measured)
-    with open(folder / "database_workload.json") as f:
+    with open(folder / WORKLOADS) as f:
         workloads = [line for line in f if line.strip()]
     curves = []
     for index, seconds in sorted(times.items()):
