@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     for held in sorted(by_model):
         train = [c for m, cs in by_model.items() if m != held for c in cs]
         test = by_model[held]
-        if len(transitions(test)[1]) < 3 or len(transitions(train)[1]) < 2:
-            continue
+        if sum(len(c.bests) - 1 for c in test) < 3 or sum(len(c.bests) - 1 for c in train) < 2:
+            continue  # too few of the held-out model's batches to rank, or none to fit on
         r = rows[held] = judge(fit_gain_model(train, seed=args.seed), test)
         print(f"{held:<14} {r['curves']:>6} {r['transitions']:>6} {r['spearman_model']:>9.3f} "
               f"{r['spearman_rule']:>9.3f} {r['mean_gain']:>6.3f} {r['mean_predicted_gain']:>6.3f} "
