@@ -1,33 +1,19 @@
 """The learned allocator's offline judgement (benchmarks/batch_gain.py): leave one model out, then one model fitted."""
 import json
 
-import tvm
-from tvm.s_tir import meta_schedule as ms
-
 from benchmarks import batch_gain
-from tests.support.kernels import matmul
-from tvm_rl.database import TuningDatabase
+from tests.support.kernels import fake_tuning_run
 from tvm_rl.measure import host_cpu_target
 from tvm_rl.tune.batch_gain import GainModel
-
-
-def _run(folder, target, times_by_size):
-    database = TuningDatabase(folder).open()
-    for n, times in times_by_size.items():
-        mod = matmul(n)
-        workload = database.commit_workload(mod)
-        for seconds in times:
-            database.commit_tuning_record(ms.database.TuningRecord(
-                tvm.s_tir.Schedule(mod).trace, workload, [seconds], target,
-                ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
 
 
 def test_each_model_is_judged_by_a_model_fitted_on_the_others_and_metaschedule_runs_are_left_out(tmp_path):
     target = host_cpu_target()
     curve = [4e-3] * 8 + [3e-3] * 8 + [2e-3] * 8 + [2e-3] * 8  # four batches of 8: three transitions
     for model in ("mobilenet_v2", "resnet18"):
-        _run(tmp_path / model / "budget-optimize-nhwc_n256_s0", target, {8: curve, 16: curve})
-    _run(tmp_path / "resnet18" / "budget-ms-static_n256_s0", target, {8: curve})  # batches of 64: not a curve
+        fake_tuning_run(tmp_path / model / "budget-optimize-nhwc_n256_s0", target, {8: curve, 16: curve})
+    # MetaSchedule tunes in batches of 64: its runs are not curves of batches of 8
+    fake_tuning_run(tmp_path / "resnet18" / "budget-ms-static_n256_s0", target, {8: curve})
     out, model_out = tmp_path / "gain.json", tmp_path / "model.json"
     assert batch_gain.main(["--runs", str(tmp_path), "--out", str(out), "--model-out", str(model_out),
                             "--exclude-models", "resnet18"]) == 0

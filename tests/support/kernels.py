@@ -91,3 +91,22 @@ def drive(strategy, ctx, trials: int, per_iter: int, seconds=fake_seconds):
         batches.append(cands)
     inst.post_tuning()
     return inst, batches
+
+
+def fake_tuning_run(folder, target, times_by_size):
+    """A tuning database folder whose n^3 matmuls got records of these made-up seconds, committed in this order
+    (each record the unscheduled kernel's trace): for tests of what reads tuning curves."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvm_rl.database import TuningDatabase
+
+    database = TuningDatabase(folder).open()
+    for n, times in times_by_size.items():
+        mod = matmul(n)
+        workload = database.commit_workload(mod)
+        for seconds in times:
+            database.commit_tuning_record(ms.database.TuningRecord(
+                tvm.s_tir.Schedule(mod).trace, workload, [seconds], target,
+                ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
+    return folder

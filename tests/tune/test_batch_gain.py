@@ -4,32 +4,16 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-import tvm
-from tvm.s_tir import meta_schedule as ms
 
-from tests.support.kernels import matmul
-from tvm_rl.database import TuningDatabase
+from tests.support.kernels import fake_tuning_run, matmul
 from tvm_rl.errors import TvmRlError
 from tvm_rl.tune.batch_gain import FEATURES, GainModel, features, open_gain_model, shipped_gain_model
 from tvm_rl.tune.task_scheduler import LatencyShare, untuned_seconds
 from tvm_rl.tune.tuning_curves import Curve, fit_gain_model, read_curves, transitions
 
 
-def _folder(tmp_path, cpu, times_by_size):
-    """A tuning database folder whose n^3 matmuls got records of these seconds, committed in this order."""
-    database = TuningDatabase(tmp_path).open()
-    for n, times in times_by_size.items():
-        mod = matmul(n)
-        workload = database.commit_workload(mod)
-        for seconds in times:
-            database.commit_tuning_record(ms.database.TuningRecord(
-                tvm.s_tir.Schedule(mod).trace, workload, [seconds], cpu, ms.arg_info.ArgInfo.from_prim_func(
-                    mod["main"])))
-    return tmp_path
-
-
 def test_a_curve_is_the_best_after_each_full_batch_in_measurement_order(cpu, tmp_path):
-    folder = _folder(tmp_path, cpu, {16: [1e10, 1e10, 4e-3, 5e-3, 3e-3, 6e-3, 1e-3],  # last batch partial
+    folder = fake_tuning_run(tmp_path, cpu, {16: [1e10, 1e10, 4e-3, 5e-3, 3e-3, 6e-3, 1e-3],  # last batch partial
                                      8: [1e10, 1e10, 1e10]})  # never valid: no curve
     (curve,) = read_curves(folder, batch=2)
     assert curve.bests == (4e-3, 3e-3)  # the failed first batch starts nothing; the partial 1 ms is left out
@@ -39,7 +23,7 @@ def test_a_curve_is_the_best_after_each_full_batch_in_measurement_order(cpu, tmp
 def test_a_folder_that_is_not_a_tuning_run_is_named(cpu, tmp_path):
     with pytest.raises(TvmRlError, match="holds no tuning records"):
         read_curves(tmp_path)
-    folder = _folder(tmp_path / "run", cpu, {16: [1e-3, 2e-3]})
+    folder = fake_tuning_run(tmp_path / "run", cpu, {16: [1e-3, 2e-3]})
     with open(folder / "database_tuning_record.json", "a") as f:
         f.write('[0, "not a record"]\n')
     with pytest.raises(TvmRlError, match="database_tuning_record.json"):
