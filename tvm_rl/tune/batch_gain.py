@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TvmRlError
+from .library import SHIPPED_DIR  # the package's models folder, one definition for the library and this
 
 FEATURES = ("log2_batches", "last_gain", "total_gain", "log10_speedup", "log10_best")
 FORMAT = "tvm-rl batch gain model"
-SHIPPED_DIR = Path(__file__).resolve().parent / "models"  # made by the command in its README.md
 
 
 def features(bests: Sequence[float], untuned: float) -> list[float]:
