@@ -51,7 +51,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvm_rl.database import RECORDS, TuningDatabase
 from tvm_rl.flow import graph_stage
-from tvm_rl.tune import design_space
+from tvm_rl.tune import design_space, search_strategy
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.library import SHIPPED, ScheduleLibrary
 from tvm_rl.tune.measure_callback import AfterBatch
@@ -82,6 +82,7 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-optimize-nhwc-shipped": ("evolutionary", True, "latency-share+library+shipped"),
                "budget-optimize-nhwc-ssrs": ("evolutionary", True, "latency-share+library+conv-ssrs"),
                "budget-optimize-nhwc-learned": ("evolutionary", True, "latency-share+library+learned-allocator"),
+               "budget-optimize-nhwc-pop128": ("evolutionary", True, "latency-share+library+pop128"),
                "budget-ms-static": ("evolutionary", False, "metaschedule")}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
@@ -132,30 +133,37 @@ GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
     "budget-optimize-nhwc-shipped": _optimize_graph(True),
     "budget-optimize-nhwc-ssrs": _optimize_graph(True),
     "budget-optimize-nhwc-learned": _optimize_graph(True),
+    "budget-optimize-nhwc-pop128": _optimize_graph(True),
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 
 def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, trials_per_iter: int, cost_model,
                 op_filter: str | None, before_tuning: Callable[[], None] | None,
                 after_batch: Callable[[], object] | None, library: str | Path | None = None,
-                gain_model: str | Path = "shipped"):
-    """Tune `mod`'s kernels into `folder` as budget arm `arm` does, `budget` measurements in all; (database, report).
-    `library` is the schedule library file the budget-ours-library arm starts from; `gain_model` the learned
-    allocator's model (`batch_gain.open_gain_model`) the -learned arm ranks kernels by."""
+                gain_model: str | Path = "shipped", minutes: float | None = None):
+    """Tune `mod`'s kernels into `folder` as budget arm `arm` does, `budget` measurements in all (and, with
+    `minutes`, stopping at that many minutes, whichever comes first: the latency-share arms only); (database,
+    report). `library` is the schedule library file the budget-ours-library arm starts from; `gain_model` the
+    learned allocator's model (`batch_gain.open_gain_model`) the -learned arm ranks kernels by."""
     strategy, _, allocation = BUDGET_ARMS[arm]
+    if minutes is not None and (not allocation.startswith("latency-share") or allocation.endswith("+droplet")):
+        raise SystemExit(f"{arm} has no time budget (--minutes): only the latency-share arms stop on one")
     allocator = gain_model if allocation.endswith("+learned-allocator") else None
     allocation = allocation.removesuffix("+learned-allocator")
+    if allocation.endswith("+pop128"):  # evolutionary search with a quarter of its population: cheaper rounds
+        strategy = search_strategy.evolutionary(seed, population=128)
+        allocation = allocation.removesuffix("+pop128")
     if allocation.endswith("+stock-space"):
         with design_space.epilogue_fusion(False):
             return tune_budget(arm.removesuffix("-stock"), mod, target, folder, budget, seed, trials_per_iter,
-                               cost_model, op_filter, before_tuning, after_batch, library)
+                               cost_model, op_filter, before_tuning, after_batch, library, minutes=minutes)
     if allocation.endswith("+conv-ssrs"):
         with design_space.conv_tiling(True):
             return tune_budget(arm.removesuffix("-ssrs"), mod, target, folder, budget, seed, trials_per_iter,
-                               cost_model, op_filter, before_tuning, after_batch, library)
+                               cost_model, op_filter, before_tuning, after_batch, library, minutes=minutes)
     if allocation.endswith("+shipped"):
         return tune_budget(arm.removesuffix("-shipped"), mod, target, folder, budget, seed, trials_per_iter,
-                           cost_model, op_filter, before_tuning, after_batch, SHIPPED)
+                           cost_model, op_filter, before_tuning, after_batch, SHIPPED, minutes=minutes)
     if allocation.endswith("+droplet"):
         first = budget - int(budget * DROPLET_SHARE)
         if allocation.startswith("metaschedule"):
@@ -171,7 +179,8 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
         report.trials += late.trials
         return database, report
     common = dict(trials_per_iter=trials_per_iter, strategy=strategy, seed=seed, op_filter=op_filter,
-                  cost_model=cost_model, before_tuning=before_tuning, after_batch=after_batch, allocator=allocator)
+                  cost_model=cost_model, before_tuning=before_tuning, after_batch=after_batch, allocator=allocator,
+                  minutes=minutes)
     if allocation == "latency-share":
         return tune_model(mod, target, folder, budget=budget, **common)
     if allocation.startswith("latency-share+library"):

@@ -152,6 +152,9 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--size", default="full", choices=models.SIZES)
     p.add_argument("--trials", type=int, nargs="+", default=[32, 64],
                    help="N: trials per kernel, or for the budget-* arms measurements per model (default 32 64)")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="budget-* arms: also stop each run after this many minutes of tuning (all its sittings), "
+                        "whichever of N and the minutes comes first; give a large N for a time budget alone")
     p.add_argument("--arms", nargs="+", default=None,
                    help=f"search arms (default: ppo evolutionary, and the *-pretrained ones with --cost-model; "
                         f"known: {' '.join(ARMS)}; whole-model budgets: {' '.join(BUDGET_ARMS)})")
@@ -189,7 +192,7 @@ def load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
     if not jsonfile.exists(out):
         return {"settings": settings, "models": {}, "cost": {}}
     state = jsonfile.read_json(out)
-    fixed = ("target", "size", "op_filter", "trials_per_iter", "cost_model")
+    fixed = ("target", "size", "op_filter", "trials_per_iter", "cost_model", "minutes")
     differ = [k for k in fixed if state.get("settings", {}).get(k) != settings[k]]
     if differ:
         raise SystemExit(f"{out} holds results made with other settings ({', '.join(differ)}: "
@@ -250,12 +253,17 @@ def tune_run(model: models.Model, target, folder: Path, arm: str, trials: int, s
         entry.update(load=load, tuning_s=round(entry["tuning_s"] + seconds, 1), sittings=entry["sittings"] + 1,
                      measurements=record_counts(folder)[0])
 
+    minutes = None
+    if arm in BUDGET_ARMS and args.minutes is not None:  # what the earlier sittings left of the time budget
+        minutes = args.minutes - entry["tuning_s"] / 60
+        if minutes <= 0:
+            return TuningDatabase(folder).open(), entry, False
     try:
         if arm in BUDGET_ARMS:  # N is the whole model's measurements
             mod = arm_module(arm, model.mod, target, folder, seed)
             database, report = tune_budget(arm, mod, target, folder, trials, seed, TRIALS_PER_ITER, cost_model,
                                            args.op_filter, wait_for_quiet_cores, after_batch, args.library,
-                                           args.gain_model)
+                                           args.gain_model, minutes)
         else:
             database, report = tune_model(model.mod, target, folder, trials_per_kernel=trials,
                                           trials_per_iter=TRIALS_PER_ITER, strategy=strategy, seed=seed,
@@ -332,7 +340,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     scratch = Path(args.work_dir) / "onnx"
     scratch.mkdir(parents=True, exist_ok=True)
     settings = {"target": str(target), "target_name": name_of_target, "size": args.size, "op_filter": args.op_filter,
-                "trials_per_iter": TRIALS_PER_ITER, "cost_model": args.cost_model, "threads": args.threads,
+                "trials_per_iter": TRIALS_PER_ITER, "cost_model": args.cost_model, "minutes": args.minutes,
+                "threads": args.threads,
                 "library": args.library, "gain_model": args.gain_model,
                 "passes": args.passes, "machine": f"{platform.machine()} {os.cpu_count()} cores",
                 "torch": torch.__version__,

@@ -135,3 +135,45 @@ def test_the_learned_arm_ranks_kernels_by_the_gain_model_it_is_given(tmp_path, m
                     "gain.json")
     assert seen == [("gain.json", "lib"), (None, "lib")]
     assert "budget-optimize-nhwc-learned" in budget.GRAPH_ARMS  # it tunes the graph `optimize` tunes
+
+
+def test_the_pop128_arm_searches_with_a_quarter_population_and_minutes_reach_the_tuner(tmp_path, monkeypatch):
+    from benchmarks.e2e import budget
+
+    seen = []
+    monkeypatch.setattr(budget, "tune_model", lambda *a, **kw: seen.append((kw["strategy"], kw["minutes"]))
+                        or (None, None))
+    for arm in ("budget-optimize-nhwc-pop128", "budget-optimize-nhwc", "budget-optimize-nhwc-stock"):
+        tune_budget(arm, relax_matmul(), host_cpu_target(), tmp_path, 4, 0, 2, "xgb", None, None, None, "lib",
+                    minutes=2.5)
+    assert seen[0][0].population_size == 128 and seen[1][0] == seen[2][0] == "evolutionary"
+    assert [m for _, m in seen] == [2.5, 2.5, 2.5]
+    assert "budget-optimize-nhwc-pop128" in budget.GRAPH_ARMS
+    with pytest.raises(SystemExit, match="budget-ms-static has no time budget"):
+        tune_budget("budget-ms-static", relax_matmul(), host_cpu_target(), tmp_path, 4, 0, 2, "xgb", None, None,
+                    None, minutes=1.0)
+
+
+def test_a_run_whose_minutes_are_spent_is_not_tuned_again_and_one_with_minutes_left_gets_them(tmp_path,
+                                                                                               monkeypatch):
+    from argparse import Namespace
+    from types import SimpleNamespace
+
+    class Called(Exception):
+        pass
+
+    def tuner(*a):
+        seen.append(a[-1])
+        raise Called
+
+    seen: list = []
+    monkeypatch.setattr(e2e, "tune_budget", tuner)
+    model = SimpleNamespace(mod=relax_matmul())
+    args = Namespace(minutes=2.0, seeds=1, cost_model=None, op_filter=None, library=None, gain_model="shipped")
+    previous = {"arm": "budget-ours", "trials": 64, "seed": 0, "work_dir": str(tmp_path), "tuning_s": 120.0,
+                "sittings": 1, "failures": 0}
+    _, entry, tuned = e2e.tune_run(model, host_cpu_target(), tmp_path, "budget-ours", 64, 0, args, previous)
+    assert not tuned and seen == [] and entry["tuning_s"] == 120.0
+    with pytest.raises(Called):
+        e2e.tune_run(model, host_cpu_target(), tmp_path, "budget-ours", 64, 0, args, {**previous, "tuning_s": 90.0})
+    assert seen == [0.5]

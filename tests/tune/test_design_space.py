@@ -8,7 +8,7 @@ from tvm.s_tir.meta_schedule.builder.local_builder import default_build
 
 from tvm_rl import measure
 from tvm_rl.tune import design_space, extract_tasks, tasks, tune_model
-from tvm_rl.tune.design_space import intermediate_layout_free, packed_conv, packed_gemm, space_generator
+from tvm_rl.tune.design_space import GuardedRewriteLayout, intermediate_layout_free, packed_conv, packed_gemm, space_generator
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.runner.failures import _signature
 
@@ -53,14 +53,21 @@ def test_fused_attention_marks_an_intermediate_layout_free(cpu):
     assert intermediate_layout_free(dense_task()) == []  # a dense's weight is a parameter
 
 
-def test_stock_postprocessors_break_fused_attention_and_the_guard_does_not(cpu):
-    # Fused as Relax fuses it without marking the weights (a TIR workload as TopHub or a user gives it),
-    # RewriteLayout follows the blocks' marks, intermediate included, and the build fails.
+def unmarked_attention_task(cpu) -> tvm.IRModule:
+    """The attention kernel fused as Relax fuses it without marking the weights (as TopHub or a user gives it):
+    TOPI marks an intermediate buffer layout-free."""
     passes = [relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant(),
               relax.transform.FuseOps(), relax.transform.FuseTIR()]
     with cpu, tvm.transform.PassContext(opt_level=3):
         fused = tvm.transform.Sequential(passes)(attention_model()[0])
     (task,) = [t.dispatched[0] for t in ms.relax_integration.extract_tasks(fused, cpu) if "attention" in t.task_name]
+    return task
+
+
+def test_stock_postprocessors_break_fused_attention_and_the_guard_does_not(cpu):
+    # Fused as Relax fuses it without marking the weights (a TIR workload as TopHub or a user gives it),
+    # RewriteLayout follows the blocks' marks, intermediate included, and the build fails.
+    task = unmarked_attention_task(cpu)
     stock = first_space(task, cpu, "post-order-apply")
     with pytest.raises(Exception, match="used before its definition"):
         default_build(stock.mod, cpu, None)
@@ -76,6 +83,19 @@ def test_stock_postprocessors_break_fused_attention_and_the_guard_does_not(cpu):
 def test_the_guard_keeps_the_layout_rewrite_of_a_weight(cpu):
     sch = first_space(dense_task(), cpu, space_generator(cpu))
     assert "transform_layout" in str(sch.trace)
+
+
+def test_a_workload_that_needs_no_guard_keeps_metaschedules_own_postprocessor(cpu):
+    # The guard is Python, run for every sampled candidate; given the workload, it is used only where needed.
+    dense = dense_task()
+    own = space_generator(cpu, mod=dense)
+    assert isinstance(own.postprocs[-1], ms.postproc.RewriteLayout)
+    assert not any(isinstance(p, GuardedRewriteLayout) for p in own.postprocs)
+    assert "transform_layout" in str(first_space(dense, cpu, own).trace)
+    task = unmarked_attention_task(cpu)
+    guarded = space_generator(cpu, mod=task)
+    assert isinstance(guarded.postprocs[-1], GuardedRewriteLayout)
+    default_build(first_space(task, cpu, guarded).mod, cpu, None)
 
 
 def test_gpu_targets_keep_metaschedules_space():

@@ -190,9 +190,10 @@ def space_generator(target: tvm.target.Target, guard: bool = True, mod: tvm.IRMo
                     fuse_epilogue: bool | None = None, conv_ssrs: bool | None = None) -> ms.SpaceGenerator | str:
     """MetaSchedule's default design space for `target` ("post-order-apply"); on CPU its multi-level tiling
     wrapped in `FusedEpilogueTiling` where `fuse_epilogue` (None: FUSE_EPILOGUE), with `guard` `RewriteLayout`
-    replaced by `GuardedRewriteLayout`, and for a `packed_gemm` workload `mod` its multi-level tiling as
-    GEMM_TILING (a `packed_conv` one too where `conv_ssrs`, None: CONV_SSRS). Pass it as a TuneContext's
-    `space_generator`, and check the candidates of the `guarded` workloads."""
+    replaced by `GuardedRewriteLayout` (unless `mod` is given and marks no intermediate buffer layout-free), and
+    for a `packed_gemm` workload `mod` its multi-level tiling as GEMM_TILING (a `packed_conv` one too where
+    `conv_ssrs`, None: CONV_SSRS). Pass it as a TuneContext's `space_generator`, and check the candidates of the
+    `guarded` workloads."""
     if measure.is_gpu(target):
         return "post-order-apply"
     fuse_epilogue = FUSE_EPILOGUE if fuse_epilogue is None else fuse_epilogue
@@ -200,7 +201,11 @@ def space_generator(target: tvm.target.Target, guard: bool = True, mod: tvm.IRMo
     gemm = mod is not None and (packed_gemm(mod) or (conv_ssrs and packed_conv(mod)))
     if not guard and not gemm and not fuse_epilogue:
         return "post-order-apply"
-    postprocs = [GuardedRewriteLayout() if guard and isinstance(p, ms.postproc.RewriteLayout) else p
+    # The guard is a Python postprocessor, run for every candidate the search samples or mutates (thousands per
+    # round, each taking the interpreter lock inside MetaSchedule's worker threads): a workload known not to need
+    # it keeps MetaSchedule's own.
+    needs_guard = guard and (mod is None or bool(intermediate_layout_free(mod)))
+    postprocs = [GuardedRewriteLayout() if needs_guard and isinstance(p, ms.postproc.RewriteLayout) else p
                  for p in ms.Postproc.create("llvm")]
     tiling = {}
     if gemm:
