@@ -33,7 +33,7 @@ from tvm_rl.database import RECORDS, WORKLOADS, TuningDatabase
 from tvm_rl.measure import device_for, random_args
 from tvm_rl.tune.cost_model.warm import warm
 from tvm_rl.tune.measure_callback.progress import ProgressLine
-from tvm_rl.tune.search_strategy.exhaustion import StopWhenExhausted
+from tvm_rl.tune.search_strategy.exhaustion import skip_measured_until_exhausted
 from tvm_rl.tune.search_strategy.skip_measured import SkipMeasured
 from tvm_rl.tune.tasks import prepare_metaschedule_logging
 
@@ -212,7 +212,7 @@ def run_arm(mod: tvm.IRModule, task: str, arm: str, strategy: ms.SearchStrategy,
     if not resumes:
         if shared:
             _warm(cost_model, mod, task, target, work_dir)
-        strategy = StopWhenExhausted(SkipMeasured(strategy, skipped=skipped))
+        strategy = skip_measured_until_exhausted(strategy, skipped=skipped)
     start = time.perf_counter()
     if trials > shared:
         _tune(mod, task, target, work_dir, strategy, cost_model, task_seed(seed, task, "run"), trials - shared,

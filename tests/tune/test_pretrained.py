@@ -366,3 +366,27 @@ def test_the_online_model_takes_single_settings(tmp_path, corpus, cpu):
     assert frozen.data_size == 8 and np.array_equal(frozen.predict(context, candidates), first)  # never refined
     with pytest.raises(TvmRlError, match="unknown cost model setting.*refine_speed"):
         cost_model.create("xgb-pretrained", path=path, refine_speed=2)
+
+
+def test_warming_many_tasks_refits_once_and_rates_as_task_by_task_warming(tmp_path, corpus, cpu, monkeypatch):
+    from tvm_rl.tune.cost_model.warm import warm, warm_tasks
+
+    path, _ = T.train_on_corpus(corpus, tmp_path / "model.npz", FAST)
+    tasks = []
+    for name in ("matmul8", "matmul16", "matmul32"):
+        records = corpus.load(name)
+        tasks.append((ms.TuneContext(mod=records.mod, target=cpu, task_name=name), records.records[:6]))
+    one_by_one = cost_model.create("xgb-pretrained", path=path)
+    for context, records in tasks:
+        warm(one_by_one, context, records)
+    fits = []
+    real = P.refine
+    monkeypatch.setattr(P, "refine", lambda *a, **kw: fits.append(1) or real(*a, **kw))
+    at_once = cost_model.create("xgb-pretrained", path=path)
+    warm_tasks(at_once, tasks)
+    assert len(fits) == 1 and at_once.data_size == one_by_one.data_size == 18
+    context, records = tasks[1]
+    candidates = [r.as_measure_candidate() for r in corpus.load("matmul16").records]
+    assert np.array_equal(at_once.predict(context, candidates), one_by_one.predict(context, candidates))
+    at_once.update(context, candidates[6:8], [ms.runner.RunnerResult([1e-3], None)] * 2)
+    assert len(fits) == 2  # after the block, every update refits again

@@ -8,6 +8,7 @@ from tvm.s_tir import Schedule
 from tvm.s_tir import meta_schedule as ms
 
 from tests.support.kernels import matmul
+from tvm_rl.tune.search_strategy.exhaustion import StopWhenExhausted
 from tvm_rl.tune.search_strategy.skip_measured import SkipMeasured, trace_key
 
 
@@ -79,7 +80,7 @@ def test_a_recorded_schedule_read_back_from_disk_is_not_measured_again(tmp_path)
     assert skip.generate_measure_candidates() == []
 
 
-def test_a_resumed_task_whose_search_proposes_its_records_first_still_gets_a_full_batch(tmp_path):
+def test_a_resumed_task_whose_search_proposes_its_records_first_searches_again_only_for_an_empty_batch(tmp_path):
     # A resumed task: five records in the database that the new search state has never proposed, and rates highest.
     mod, target = matmul(16), tvm.target.Target("llvm")
     recorded = [candidate(mod, 1, j) for j in (1, 2, 4, 8, 16)]
@@ -89,13 +90,40 @@ def test_a_resumed_task_whose_search_proposes_its_records_first_still_gets_a_ful
         db.commit_tuning_record(ms.database.TuningRecord(c.sch.trace, workload, [1e-3], target, c.args_info))
     fresh = [candidate(mod, 2, j) for j in (1, 2, 4)]
     inner = ProposesInTurn([recorded[:2], recorded[2:4], [recorded[4], fresh[0]], fresh[1:]])
-    skip = SkipMeasured(inner)._inst
+    drained = [False]
+    stop = StopWhenExhausted(SkipMeasured(inner, short_by_drain=drained), short_by_drain=drained)._inst
+    skip = stop.inner._inst  # the Python objects TVM's calls reach
     skip._initialize_with_tune_context(SimpleNamespace(mod=mod))
-    skip.pre_tuning(64, 2, [], ms.database.JSONDatabase(work_dir=str(tmp_path)), None)
-    # Three tries would end at one candidate, and StopWhenExhausted would end the task as if its space ran out.
-    out = skip.generate_measure_candidates()
-    assert [trace_key(c.sch.trace) for c in out] == [trace_key(c.sch.trace) for c in fresh[:2]]
-    assert skip.skipped[0] == 5
+    stop.pre_tuning(64, 2, [], ms.database.JSONDatabase(work_dir=str(tmp_path)), None)
+    # Batches of records only are searched again (three tries would have ended at one candidate); the batch with
+    # one new schedule goes out short, not bought up with another full search, and does not end the task.
+    out = stop.generate_measure_candidates()
+    assert [trace_key(c.sch.trace) for c in out] == [trace_key(fresh[0].sch.trace)]
+    assert skip.skipped[0] == 5 and drained == [True] and not stop.exhausted
+    out = stop.generate_measure_candidates()
+    assert [trace_key(c.sch.trace) for c in out] == [trace_key(c.sch.trace) for c in fresh[1:]]
+    assert drained == [False]
+    # A short batch with nothing drained is a space run out: the task ends.
+    assert stop.generate_measure_candidates() is None
+
+
+def test_a_batch_short_by_a_library_record_goes_out_without_a_second_search(tmp_path):
+    mod, target = matmul(16), tvm.target.Target("llvm")
+    library_record, fresh = candidate(mod, 4), [candidate(mod, 2, j) for j in (1, 2, 4)]
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    db.commit_tuning_record(ms.database.TuningRecord(library_record.sch.trace, db.commit_workload(mod), [1e-3],
+                                                     target, library_record.args_info))
+    calls = []
+
+    class Counted(ProposesInTurn):
+        def generate_measure_candidates(self):
+            calls.append(1)
+            return super().generate_measure_candidates()
+
+    skip = SkipMeasured(Counted([[library_record, *fresh[:2]], fresh[2:]]))._inst
+    skip._initialize_with_tune_context(SimpleNamespace(mod=mod))
+    skip.pre_tuning(64, 3, [], ms.database.JSONDatabase(work_dir=str(tmp_path)), None)
+    assert len(skip.generate_measure_candidates()) == 2 and len(calls) == 1 and skip.short_by_drain == [True]
 
 
 def test_tries_that_drop_only_schedules_of_this_run_stay_bounded():

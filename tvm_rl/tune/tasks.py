@@ -25,16 +25,15 @@ from ..measure import kernel_stage, parse_target
 from . import search_strategy
 from .batch_gain import GainModel, open_gain_model
 from .cost_model import default as default_cost_model
-from .cost_model.warm import warm as warm_cost_model
+from .cost_model.warm import warm_tasks
 from .design_space import guarded, space_generator
 from .intrin import preload_tensor_intrinsics
 from .library import ScheduleLibrary, open_library
 from .measure_callback import AfterBatch, ProgressLine, StopOnInterrupt
 from .runner import CheckedRunner, FailureLog, PersistentBuilder
 from .search_strategy.budget_cap import BudgetCap
-from .search_strategy.exhaustion import StopWhenExhausted
+from .search_strategy.exhaustion import StopWhenExhausted, skip_measured_until_exhausted
 from .search_strategy.seeded import Seeded
-from .search_strategy.skip_measured import SkipMeasured
 from .task_scheduler import LatencyShare, untuned_seconds
 
 
@@ -226,7 +225,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
             strategy = Seeded(strategy, library)
         # A resumed run must not measure the database's schedules again (SkipMeasured), and a task whose space ran
         # out ends (StopWhenExhausted).
-        strategy = StopWhenExhausted(SkipMeasured(strategy), report.search_errors)
+        strategy = skip_measured_until_exhausted(strategy, report.search_errors)
         resumed = any(done.get(key, 0) for key in keys)
     else:  # the knob-space strategies end spent tasks themselves; a failed search still ends only its own task
         strategy = StopWhenExhausted(strategy, report.search_errors, end_when_short=False)
@@ -252,8 +251,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
         # would search a resumed task with a model that forgot them. Made here as tune_tasks would make it.
         if not isinstance(cost_model, ms.CostModel):
             cost_model = ms.CostModel.create(cost_model, num_tuning_cores=contexts[0].num_threads, tree_method="auto")
-        for context, key in zip(contexts, keys):
-            warm_cost_model(cost_model, context, earlier.get(key, []))
+        warm_tasks(cost_model, [(context, earlier.get(key, [])) for context, key in zip(contexts, keys)])
     if check_results or to_check:
         runner = CheckedRunner([mod for _, mod, _ in todo], inner=runner, only=None if check_results else to_check)
     report.failure_log = folder.failures_path

@@ -17,13 +17,14 @@ structural hashes, the training settings, the tvm and xgboost versions).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -242,6 +243,7 @@ class PretrainedXGBModel(PyCostModel):
         self.config = replace(config or TrainConfig(**known), **overrides)
         self.booster = self.base
         self.data: OrderedDict[str, WorkloadFeatures] = OrderedDict()
+        self._deferred = False  # inside `deferred_refit`: updates add records, the refit waits for the block's end
         self.extractor = ms.feature_extractor.PerStoreFeature()
         self.num_warmup_samples = 0
         self._checked_target = False  # the target is compared with the model's once per model
@@ -279,7 +281,20 @@ class PretrainedXGBModel(PyCostModel):
         old = self.data.get(group)
         self.data[group] = new if old is None else WorkloadFeatures(
             group, old.features + new.features, np.concatenate([old.seconds, new.seconds]))
-        self.booster = refine(self.base, list(self.data.values()), self.config)
+        if not self._deferred:
+            self.booster = refine(self.base, list(self.data.values()), self.config)
+
+    @contextlib.contextmanager
+    def deferred_refit(self) -> Iterator[None]:
+        """Updates inside the block add their records without refitting; the model is refit once, on all of them,
+        when the block ends (as the last update would have refit it). A resumed run warms the model with every
+        task's records this way: one fit instead of one per task, each over all the records so far."""
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = False
+            self.booster = refine(self.base, list(self.data.values()), self.config)
 
     def predict(self, context: ms.TuneContext, candidates: list[ms.MeasureCandidate]) -> np.ndarray:
         self._check_target(context)

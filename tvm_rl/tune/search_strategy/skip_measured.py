@@ -31,9 +31,14 @@ class SkipMeasured(PySearchStrategy):
     short, and `StopWhenExhausted` ended the task as if its space had run out (ResNet-18, 64 trials per kernel:
     8 kernels ended at 48 to 61 records). Each record can be drained once, so the tries stay bounded."""
 
-    def __init__(self, inner: ms.SearchStrategy, tries: int = 3, skipped: list[int] | None = None) -> None:
+    def __init__(self, inner: ms.SearchStrategy, tries: int = 3, skipped: list[int] | None = None,
+                 short_by_drain: list[bool] | None = None) -> None:
         self.inner, self.tries = inner, tries
         self.skipped = skipped if skipped is not None else [0]  # shared by clones: the run's count
+        # Whether the last batch any clone made came back short only because database records were dropped: shared
+        # with `StopWhenExhausted`, which reads it right after the call (the task scheduler asks one task at a time;
+        # a clone made through TVM comes back without its Python attributes, so a flag on the object is not seen).
+        self.short_by_drain = short_by_drain if short_by_drain is not None else [False]
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self.context = context
@@ -65,19 +70,20 @@ class SkipMeasured(PySearchStrategy):
         out: list = []
         batch = None
         tries = self.tries
+        self.short_by_drain[0] = False
         while tries > 0:
             tries -= 1
             batch = self.inner.generate_measure_candidates()
             if batch is None:
                 break
-            dropped, drained = 0, False
+            dropped, drained = 0, 0
             for candidate in batch:
                 key, tkey = int(tvm_ffi.structural_hash(candidate.sch.mod)), trace_key(candidate.sch.trace)
                 if key in self.seen or tkey in self.seen_traces:
                     dropped += 1
                     if tkey in self.recorded:
                         self.recorded.discard(tkey)
-                        drained = True
+                        drained += 1
                     continue
                 self.seen.add(key)
                 self.seen_traces.add(tkey)
@@ -85,7 +91,13 @@ class SkipMeasured(PySearchStrategy):
             self.skipped[0] += dropped
             if len(out) >= want or not dropped:
                 break
-            tries += drained
+            if out and drained == dropped:
+                # Short only by the database's own records (a library's schedule, a resumed run's best), which the
+                # inner search now counts as measured: the batch goes out short rather than buying its last slots
+                # with a second full search, whose other picks the inner search would then count as measured too.
+                self.short_by_drain[0] = True
+                break
+            tries += drained > 0
         if not out and batch is None:
             return None
         return out[:want]
@@ -95,7 +107,7 @@ class SkipMeasured(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> SkipMeasured:
-        return SkipMeasured(self.inner.clone(), self.tries, self.skipped)
+        return SkipMeasured(self.inner.clone(), self.tries, self.skipped, self.short_by_drain)
 
 
 def trace_key(trace) -> int:
