@@ -77,11 +77,14 @@ class SkipMeasured(PySearchStrategy):
             if batch is None:
                 break
             dropped, drained = 0, 0
+            # A database record may come twice in one batch (`Seeded` hands out a library schedule that the inner
+            # search proposes too): each copy counts as drained.
+            recorded = set(self.recorded)
             for candidate in batch:
                 key, tkey = int(tvm_ffi.structural_hash(candidate.sch.mod)), trace_key(candidate.sch.trace)
                 if key in self.seen or tkey in self.seen_traces:
                     dropped += 1
-                    if tkey in self.recorded:
+                    if tkey in recorded:
                         self.recorded.discard(tkey)
                         drained += 1
                     continue
