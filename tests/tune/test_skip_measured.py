@@ -120,10 +120,11 @@ def test_a_batch_short_by_a_library_record_goes_out_without_a_second_search(tmp_
             calls.append(1)
             return super().generate_measure_candidates()
 
-    # The record twice, as `Seeded` hands it out and the inner search proposes it too.
-    skip = SkipMeasured(Counted([[library_record, *fresh[:2], library_record], fresh[2:]]))._inst
+    # The record twice, as `Seeded` hands it out and the inner search proposes it too, and so a new schedule.
+    batch = [library_record, *fresh[:2], library_record, candidate(mod, 2, 1)]
+    skip = SkipMeasured(Counted([batch, fresh[2:]]))._inst
     skip._initialize_with_tune_context(SimpleNamespace(mod=mod))
-    skip.pre_tuning(64, 3, [], ms.database.JSONDatabase(work_dir=str(tmp_path)), None)
+    skip.pre_tuning(64, 4, [], ms.database.JSONDatabase(work_dir=str(tmp_path)), None)
     assert len(skip.generate_measure_candidates()) == 2 and len(calls) == 1 and skip.short_by_drain == [True]
 
 

@@ -29,7 +29,12 @@ class SkipMeasured(PySearchStrategy):
     database holds tens of records its new search state has never proposed, and a search whose model rates them
     highest (as one trained on them does) proposes them first: with a fixed number of tries the batch came back
     short, and `StopWhenExhausted` ended the task as if its space had run out (ResNet-18, 64 trials per kernel:
-    8 kernels ended at 48 to 61 records). Each record can be drained once, so the tries stay bounded."""
+    8 kernels ended at 48 to 61 records). Each record can be drained once, so the tries stay bounded.
+
+    Only a batch with nothing left is asked for again: a full batch cut short by drops goes out short, and
+    `short_by_drain` (a one-element list shared with `StopWhenExhausted`) says so, so that the task does not end.
+    A second search for the last slots cost a full round (20-45 s on two cores) for one or two candidates, 7 of a
+    fresh 10-minute run's 26 rounds with the shipped library (docs/results/tuner_budget.md)."""
 
     def __init__(self, inner: ms.SearchStrategy, tries: int = 3, skipped: list[int] | None = None,
                  short_by_drain: list[bool] | None = None) -> None:
@@ -76,28 +81,26 @@ class SkipMeasured(PySearchStrategy):
             batch = self.inner.generate_measure_candidates()
             if batch is None:
                 break
-            dropped, drained = 0, 0
-            # A database record may come twice in one batch (`Seeded` hands out a library schedule that the inner
-            # search proposes too): each copy counts as drained.
+            dropped = 0
             recorded = set(self.recorded)
             for candidate in batch:
                 key, tkey = int(tvm_ffi.structural_hash(candidate.sch.mod)), trace_key(candidate.sch.trace)
                 if key in self.seen or tkey in self.seen_traces:
                     dropped += 1
-                    if tkey in recorded:
-                        self.recorded.discard(tkey)
-                        drained += 1
+                    self.recorded.discard(tkey)
                     continue
                 self.seen.add(key)
                 self.seen_traces.add(tkey)
                 out.append(candidate)
+            drained = len(recorded) - len(self.recorded)
             self.skipped[0] += dropped
             if len(out) >= want or not dropped:
                 break
-            if out and drained == dropped:
-                # Short only by the database's own records (a library's schedule, a resumed run's best), which the
-                # inner search now counts as measured: the batch goes out short rather than buying its last slots
-                # with a second full search, whose other picks the inner search would then count as measured too.
+            if out and len(batch) >= want:
+                # The inner search gave a full batch, cut short by dropped schedules (the database's: a library's
+                # exact match, a resumed run's best, a seed `Seeded` handed out that the search proposes again): it
+                # is not running dry, so the batch goes out short rather than buying its last slots with a second
+                # full search (whose other picks evolutionary search would count as measured, never to propose them).
                 self.short_by_drain[0] = True
                 break
             tries += drained > 0
