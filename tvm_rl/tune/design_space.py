@@ -201,9 +201,8 @@ def space_generator(target: tvm.target.Target, guard: bool = True, mod: tvm.IRMo
     gemm = mod is not None and (packed_gemm(mod) or (conv_ssrs and packed_conv(mod)))
     if not guard and not gemm and not fuse_epilogue:
         return "post-order-apply"
-    # The guard is a Python postprocessor, run for every candidate the search samples or mutates (thousands per
-    # round, each taking the interpreter lock inside MetaSchedule's worker threads): a workload known not to need
-    # it keeps MetaSchedule's own.
+    # The guard is a Python postprocessor, called back from MetaSchedule's worker threads for every candidate a
+    # search round samples or mutates: a workload known not to need it keeps MetaSchedule's own.
     needs_guard = guard and (mod is None or bool(intermediate_layout_free(mod)))
     postprocs = [GuardedRewriteLayout() if needs_guard and isinstance(p, ms.postproc.RewriteLayout) else p
                  for p in ms.Postproc.create("llvm")]

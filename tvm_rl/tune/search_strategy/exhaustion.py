@@ -69,7 +69,7 @@ class StopWhenExhausted(PySearchStrategy):
             return candidates
         if candidates is None or len(candidates) == 0:
             return None
-        # A batch short only because `SkipMeasured` dropped the database's own records is not a space run out.
+        # A full batch that `SkipMeasured` cut short by dropping known schedules is not a space run out.
         self.exhausted = len(candidates) < self.per_iter and not (self.short_by_drain and self.short_by_drain[0])
         return candidates
 
@@ -82,8 +82,8 @@ class StopWhenExhausted(PySearchStrategy):
 
 def skip_measured_until_exhausted(inner: SearchStrategy, errors: dict[str, str] | None = None,
                                   skipped: list[int] | None = None) -> StopWhenExhausted:
-    """`StopWhenExhausted(SkipMeasured(inner))`, the two sharing SkipMeasured's short-batch flag (a batch short only
-    by the database's own records does not end the task): how evolutionary search is wrapped to tune."""
+    """`StopWhenExhausted(SkipMeasured(inner))`, the two sharing SkipMeasured's short-batch flag (a full batch cut
+    short by dropped schedules does not end the task): how evolutionary search is wrapped to tune."""
     drained = [False]
     return StopWhenExhausted(SkipMeasured(inner, skipped=skipped, short_by_drain=drained), errors,
                              short_by_drain=drained)

@@ -33,8 +33,8 @@ class SkipMeasured(PySearchStrategy):
 
     Only a batch with nothing left is asked for again: a full batch cut short by drops goes out short, and
     `short_by_drain` (a one-element list shared with `StopWhenExhausted`) says so, so that the task does not end.
-    A second search for the last slots cost a full round (20-45 s on two cores) for one or two candidates, 7 of a
-    fresh 10-minute run's 26 rounds with the shipped library (docs/results/tuner_budget.md)."""
+    Searching again for the last slots cost a full round for one or two candidates, and a library's exact matches
+    and seeds made such rounds common in fresh runs too."""
 
     def __init__(self, inner: ms.SearchStrategy, tries: int = 3, skipped: list[int] | None = None,
                  short_by_drain: list[bool] | None = None) -> None:
