@@ -77,6 +77,12 @@ def format_table(name: str, entry: dict[str, Any], settings: dict[str, Any]) -> 
     return "\n".join(lines)
 
 
+def bar_label(run: dict[str, Any], minutes: float | None) -> str:
+    """A tuned build's name in the plot: its arm and its budget (the minutes of a time-budget run, whose N only caps
+    the measurements)."""
+    return f"{run['arm']} {minutes:g} min" if minutes else f"{run['arm']} N={run['trials']}"
+
+
 def plot(state: dict[str, Any], path: Path) -> None:
     """Bars: latency per variant (tuned runs as their median over seeds) per model, log scale."""
     import matplotlib
@@ -86,13 +92,14 @@ def plot(state: dict[str, Any], path: Path) -> None:
     import numpy as np
 
     names = list(state["models"])
+    minutes = state.get("settings", {}).get("minutes")
     per_model: dict[str, dict[str, float]] = {}
     for name in names:
         entry = state["models"][name]
         groups: dict[str, list[float]] = {}
         for key, t in entry.get("timing", {}).get("variants", {}).items():
             run = entry.get("runs", {}).get(key)
-            label = f"{run['arm']} N={run['trials']}" if run else key
+            label = bar_label(run, minutes) if run else key
             if t.get("ms"):
                 groups.setdefault(label, []).append(t["ms"])
         per_model[name] = {k: statistics.median(v) for k, v in groups.items()}
@@ -112,5 +119,5 @@ def plot(state: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["BASELINE_ARM", "DEFAULT", "INDUCTOR", "ORT", "TORCH", "format_table", "plot", "ratio", "table_rows",
+__all__ = ["BASELINE_ARM", "DEFAULT", "bar_label", "INDUCTOR", "ORT", "TORCH", "format_table", "plot", "ratio", "table_rows",
            "variant_key"]

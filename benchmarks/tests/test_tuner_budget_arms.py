@@ -177,3 +177,11 @@ def test_a_run_whose_minutes_are_spent_is_not_tuned_again_and_one_with_minutes_l
     with pytest.raises(Called):
         e2e.tune_run(model, host_cpu_target(), tmp_path, "budget-ours", 64, 0, args, {**previous, "tuning_s": 90.0})
     assert seen == [0.5]
+
+
+def test_a_time_budget_run_is_named_by_its_minutes_in_the_plot():
+    from benchmarks.e2e.table import bar_label
+
+    run = {"arm": "budget-optimize-nhwc", "trials": 4096}
+    assert bar_label(run, 10.0) == "budget-optimize-nhwc 10 min"
+    assert bar_label(run, None) == "budget-optimize-nhwc N=4096"
