@@ -193,10 +193,11 @@ def load_state(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
         return {"settings": settings, "models": {}, "cost": {}}
     state = jsonfile.read_json(out)
     fixed = ("target", "size", "op_filter", "trials_per_iter", "cost_model", "minutes")
-    differ = [k for k in fixed if state.get("settings", {}).get(k) != settings[k]]
+    differ = [k for k in fixed if state.get("settings", {}).get(k) != settings.get(k)]
     if differ:
         raise SystemExit(f"{out} holds results made with other settings ({', '.join(differ)}: "
-                         f"{[state.get('settings', {}).get(k) for k in differ]}, now {[settings[k] for k in differ]}); "
+                         f"{[state.get('settings', {}).get(k) for k in differ]}, "
+                         f"now {[settings.get(k) for k in differ]}); "
                          "rerun with the same ones or give another --out")
     state["settings"].update(settings)
     return state

@@ -119,5 +119,5 @@ def plot(state: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-__all__ = ["BASELINE_ARM", "DEFAULT", "bar_label", "INDUCTOR", "ORT", "TORCH", "format_table", "plot", "ratio", "table_rows",
-           "variant_key"]
+__all__ = ["BASELINE_ARM", "DEFAULT", "INDUCTOR", "ORT", "TORCH", "bar_label", "format_table", "plot", "ratio",
+           "table_rows", "variant_key"]

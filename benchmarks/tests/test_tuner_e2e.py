@@ -120,6 +120,8 @@ def test_load_state_refuses_to_mix_settings(tmp_path):
     assert "bert" in e2e.load_state(out, {**settings, "threads": 4})["models"]
     with pytest.raises(SystemExit, match="size"):
         e2e.load_state(out, {**settings, "size": "full"})
+    with pytest.raises(SystemExit, match="minutes"):  # a time budget's runs are not mixed with others
+        e2e.load_state(out, {**settings, "minutes": 10.0})
 
 
 def test_bad_budgets_are_refused_before_any_work(tmp_path):
