@@ -91,7 +91,7 @@ def test_a_resumed_task_whose_search_proposes_its_records_first_searches_again_o
     fresh = [candidate(mod, 2, j) for j in (1, 2, 4)]
     inner = ProposesInTurn([recorded[:2], recorded[2:4], [recorded[4], fresh[0]], fresh[1:]])
     drained = [False]
-    stop = StopWhenExhausted(SkipMeasured(inner, short_by_drain=drained), short_by_drain=drained)._inst
+    stop = StopWhenExhausted(SkipMeasured(inner, short_by_drops=drained), short_by_drops=drained)._inst
     skip = stop.inner._inst  # the Python objects TVM's calls reach
     skip._initialize_with_tune_context(SimpleNamespace(mod=mod))
     stop.pre_tuning(64, 2, [], ms.database.JSONDatabase(work_dir=str(tmp_path)), None)
@@ -125,7 +125,7 @@ def test_a_batch_short_by_a_library_record_goes_out_without_a_second_search(tmp_
     skip = SkipMeasured(Counted([batch, fresh[2:]]))._inst
     skip._initialize_with_tune_context(SimpleNamespace(mod=mod))
     skip.pre_tuning(64, 4, [], ms.database.JSONDatabase(work_dir=str(tmp_path)), None)
-    assert len(skip.generate_measure_candidates()) == 2 and len(calls) == 1 and skip.short_by_drain == [True]
+    assert len(skip.generate_measure_candidates()) == 2 and len(calls) == 1 and skip.short_by_drops == [True]
 
 
 def test_tries_that_drop_only_schedules_of_this_run_stay_bounded():

@@ -31,9 +31,9 @@ class StopWhenExhausted(PySearchStrategy):
     a batch came back short or empty."""
 
     def __init__(self, inner: SearchStrategy, errors: dict[str, str] | None = None,
-                 end_when_short: bool = True, short_by_drain: list[bool] | None = None) -> None:
+                 end_when_short: bool = True, short_by_drops: list[bool] | None = None) -> None:
         self.inner, self.per_iter, self.exhausted, self.end_when_short = inner, 0, False, end_when_short
-        self.short_by_drain = short_by_drain  # `SkipMeasured`'s shared flag, when it is the inner strategy
+        self.short_by_drops = short_by_drops  # `SkipMeasured`'s shared flag, when it is the inner strategy
         self.task, self.errors = "", errors if errors is not None else {}
 
     def _initialize_with_tune_context(self, context) -> None:
@@ -70,20 +70,20 @@ class StopWhenExhausted(PySearchStrategy):
         if candidates is None or len(candidates) == 0:
             return None
         # A full batch that `SkipMeasured` cut short by dropping known schedules is not a space run out.
-        self.exhausted = len(candidates) < self.per_iter and not (self.short_by_drain and self.short_by_drain[0])
+        self.exhausted = len(candidates) < self.per_iter and not (self.short_by_drops and self.short_by_drops[0])
         return candidates
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> "StopWhenExhausted":
-        return StopWhenExhausted(self.inner.clone(), self.errors, self.end_when_short, self.short_by_drain)
+        return StopWhenExhausted(self.inner.clone(), self.errors, self.end_when_short, self.short_by_drops)
 
 
 def skip_measured_until_exhausted(inner: SearchStrategy, errors: dict[str, str] | None = None,
                                   skipped: list[int] | None = None) -> StopWhenExhausted:
     """`StopWhenExhausted(SkipMeasured(inner))`, the two sharing SkipMeasured's short-batch flag (a full batch cut
     short by dropped schedules does not end the task): how evolutionary search is wrapped to tune."""
-    drained = [False]
-    return StopWhenExhausted(SkipMeasured(inner, skipped=skipped, short_by_drain=drained), errors,
-                             short_by_drain=drained)
+    cut_short = [False]
+    return StopWhenExhausted(SkipMeasured(inner, skipped=skipped, short_by_drops=cut_short), errors,
+                             short_by_drops=cut_short)

@@ -32,18 +32,18 @@ class SkipMeasured(PySearchStrategy):
     8 kernels ended at 48 to 61 records). Each record can be drained once, so the tries stay bounded.
 
     Only a batch with nothing left is asked for again: a full batch cut short by drops goes out short, and
-    `short_by_drain` (a one-element list shared with `StopWhenExhausted`) says so, so that the task does not end.
+    `short_by_drops` (a one-element list shared with `StopWhenExhausted`) says so, so that the task does not end.
     Searching again for the last slots cost a full round for one or two candidates, and a library's exact matches
     and seeds made such rounds common in fresh runs too."""
 
     def __init__(self, inner: ms.SearchStrategy, tries: int = 3, skipped: list[int] | None = None,
-                 short_by_drain: list[bool] | None = None) -> None:
+                 short_by_drops: list[bool] | None = None) -> None:
         self.inner, self.tries = inner, tries
         self.skipped = skipped if skipped is not None else [0]  # shared by clones: the run's count
-        # Whether the last batch any clone made came back short only because database records were dropped: shared
+        # Whether the last batch any clone made is a full one cut short by dropped schedules: shared
         # with `StopWhenExhausted`, which reads it right after the call (the task scheduler asks one task at a time;
         # a clone made through TVM comes back without its Python attributes, so a flag on the object is not seen).
-        self.short_by_drain = short_by_drain if short_by_drain is not None else [False]
+        self.short_by_drops = short_by_drops if short_by_drops is not None else [False]
 
     def _initialize_with_tune_context(self, context: ms.TuneContext) -> None:
         self.context = context
@@ -75,24 +75,24 @@ class SkipMeasured(PySearchStrategy):
         out: list = []
         batch = None
         tries = self.tries
-        self.short_by_drain[0] = False
+        self.short_by_drops[0] = False
         while tries > 0:
             tries -= 1
             batch = self.inner.generate_measure_candidates()
             if batch is None:
                 break
-            dropped = 0
-            recorded = set(self.recorded)
+            dropped, drained = 0, False
             for candidate in batch:
                 key, tkey = int(tvm_ffi.structural_hash(candidate.sch.mod)), trace_key(candidate.sch.trace)
                 if key in self.seen or tkey in self.seen_traces:
                     dropped += 1
-                    self.recorded.discard(tkey)
+                    if tkey in self.recorded:
+                        self.recorded.discard(tkey)
+                        drained = True
                     continue
                 self.seen.add(key)
                 self.seen_traces.add(tkey)
                 out.append(candidate)
-            drained = len(recorded) - len(self.recorded)
             self.skipped[0] += dropped
             if len(out) >= want or not dropped:
                 break
@@ -101,9 +101,9 @@ class SkipMeasured(PySearchStrategy):
                 # exact match, a resumed run's best, a seed `Seeded` handed out that the search proposes again): it
                 # is not running dry, so the batch goes out short rather than buying its last slots with a second
                 # full search (whose other picks evolutionary search would count as measured, never to propose them).
-                self.short_by_drain[0] = True
+                self.short_by_drops[0] = True
                 break
-            tries += drained > 0
+            tries += drained
         if not out and batch is None:
             return None
         return out[:want]
@@ -113,7 +113,7 @@ class SkipMeasured(PySearchStrategy):
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> SkipMeasured:
-        return SkipMeasured(self.inner.clone(), self.tries, self.skipped, self.short_by_drain)
+        return SkipMeasured(self.inner.clone(), self.tries, self.skipped, self.short_by_drops)
 
 
 def trace_key(trace) -> int:
