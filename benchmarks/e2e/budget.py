@@ -26,6 +26,11 @@
 - `budget-optimize-nhwc-shipped`: `budget-optimize-nhwc` starting from the schedule library shipped in the package
   whatever `--library` names, so that a candidate library (`--library FILE`, the `budget-optimize-nhwc` arm) is
   held against the shipped one in one run.
+- `budget-optimize-nhwc-cold`: `budget-optimize-nhwc` with every candidate timed as inside a model
+  (`tvm_rl.tune.runner.cold_runner`: single calls, the weights flushed from the cache before each) instead of
+  MetaSchedule's default (calls repeated for 100 ms, weights cached). The library's records were timed warm, so
+  they are not applied unmeasured: they seed the first batches (`LibrarySeedsOnly`), measured like the rest.
+- `budget-optimize-nhwc-pop128`: `budget-optimize-nhwc` with evolutionary search's population 128 (not 512).
 - `budget-ms-static`: `budget-metaschedule` on the module TVM's own tuning pipeline
   (`relax.pipeline.static_shape_tuning_pipeline`) tunes: batch norms decomposed for inference
   (`DecomposeOpsForInference`), so that their arithmetic folds into constants and fuses into the convolutions'
@@ -55,6 +60,7 @@ from tvm_rl.tune import design_space, search_strategy
 from tvm_rl.tune.intrin import preload_tensor_intrinsics
 from tvm_rl.tune.library import SHIPPED, ScheduleLibrary
 from tvm_rl.tune.measure_callback import AfterBatch
+from tvm_rl.tune.runner import cold_runner
 from tvm_rl.tune.search_strategy.budget_cap import BudgetCap
 from tvm_rl.tune.tasks import (
     TuneReport,
@@ -83,6 +89,7 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-optimize-nhwc-ssrs": ("evolutionary", True, "latency-share+library+conv-ssrs"),
                "budget-optimize-nhwc-learned": ("evolutionary", True, "latency-share+library+learned-allocator"),
                "budget-optimize-nhwc-pop128": ("evolutionary", True, "latency-share+library+pop128"),
+               "budget-optimize-nhwc-cold": ("evolutionary", True, "latency-share+library+cold"),
                "budget-ms-static": ("evolutionary", False, "metaschedule")}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
@@ -134,6 +141,7 @@ GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
     "budget-optimize-nhwc-ssrs": _optimize_graph(True),
     "budget-optimize-nhwc-learned": _optimize_graph(True),
     "budget-optimize-nhwc-pop128": _optimize_graph(True),
+    "budget-optimize-nhwc-cold": _optimize_graph(True),
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 
@@ -153,6 +161,11 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
     if allocation.endswith("+pop128"):  # evolutionary search with a quarter of its population: cheaper rounds
         strategy = search_strategy.evolutionary(seed, population=128)
         allocation = allocation.removesuffix("+pop128")
+    runner: ms.Runner | str = "local"
+    if allocation.endswith("+cold"):  # timed as inside a model; the library's warm-timed records only seed
+        runner = cold_runner(target)
+        allocation = allocation.removesuffix("+cold")
+        library = LibrarySeedsOnly(library) if library is not None else None
     if allocation.endswith("+stock-space"):
         with design_space.epilogue_fusion(False):
             return tune_budget(arm.removesuffix("-stock"), mod, target, folder, budget, seed, trials_per_iter,
@@ -180,7 +193,7 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
         return database, report
     common = dict(trials_per_iter=trials_per_iter, strategy=strategy, seed=seed, op_filter=op_filter,
                   cost_model=cost_model, before_tuning=before_tuning, after_batch=after_batch, allocator=allocator,
-                  minutes=minutes)
+                  minutes=minutes, runner=runner)
     if allocation == "latency-share":
         return tune_model(mod, target, folder, budget=budget, **common)
     if allocation.startswith("latency-share+library"):
@@ -195,6 +208,17 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
         kernels = [t for t in extract_tasks(mod, target) if not op_filter or op_filter in t.task_name]
         return tune_model(mod, target, folder, trials_per_kernel=max(1, budget // max(1, len(kernels))), **common)
     return tune_like_metaschedule(mod, target, folder, budget, seed, op_filter, before_tuning, after_batch)
+
+
+class LibrarySeedsOnly(ScheduleLibrary):
+    """A schedule library whose records of the exact kernels are not applied unmeasured (`best` finds none): its
+    schedules still seed each kernel's first batches, where they are measured as the run measures everything."""
+
+    def __init__(self, library: ScheduleLibrary | str | Path):
+        super().__init__(library.path if isinstance(library, ScheduleLibrary) else library)
+
+    def best(self, mod, target):
+        return None
 
 
 def tune_like_metaschedule(mod, target, folder: Path, budget: int, seed: int, op_filter: str | None = None,

@@ -41,7 +41,9 @@ def test_each_budget_arm_spends_its_budget_and_a_rerun_spends_nothing(tmp_path):
         database, report = tune_budget(arm, mod, target, folder, 4, 0, 2, "xgb", None, None, None, library)
         assert 4 <= report.measured <= 5, (arm, report)  # a batch may overshoot
         unmeasured = sum(TuningDatabase(folder).read_from_library().values())
-        if not arm.endswith("-shipped"):  # that arm starts from the shipped library, measured on another CPU
+        if arm.endswith("-cold"):  # the library's warm-timed records only seed it, and are measured there
+            assert unmeasured == 0
+        elif not arm.endswith("-shipped"):  # that arm starts from the shipped library, measured on another CPU
             assert unmeasured == applied  # what budget-ours measured on this target: applied, unmeasured
         assert sum(records_per_workload(database)[k] for k in keys) == report.measured + unmeasured
         _, again = tune_budget(arm, mod, target, folder, 4, 0, 2, "xgb", None, None, None, library)
@@ -185,3 +187,22 @@ def test_a_time_budget_run_is_named_by_its_minutes_in_the_plot():
     run = {"arm": "budget-optimize-nhwc", "trials": 4096}
     assert bar_label(run, 10.0) == "budget-optimize-nhwc 10 min"
     assert bar_label(run, None) == "budget-optimize-nhwc N=4096"
+
+
+def test_the_cold_arm_times_cold_and_only_seeds_from_the_library(tmp_path, monkeypatch):
+    from benchmarks.e2e import budget
+    from tvm_rl.tune.library import ScheduleLibrary
+
+    seen = []
+    monkeypatch.setattr(budget, "tune_model", lambda *a, **kw: seen.append((kw["runner"], kw["library"]))
+                        or (None, None))
+    monkeypatch.setattr(ScheduleLibrary, "__init__", lambda self, path: setattr(self, "path", path))
+    for arm in ("budget-optimize-nhwc-cold", "budget-optimize-nhwc"):
+        tune_budget(arm, relax_matmul(), host_cpu_target(), tmp_path, 4, 0, 2, "xgb", None, None, None, "lib")
+    (cold, seeds), (warm, lib) = seen
+    config = cold.evaluator_config
+    assert (config.number, config.min_repeat_ms, config.enable_cpu_cache_flush) == (1, 0, True)
+    assert warm == "local" and lib == "lib"
+    assert isinstance(seeds, budget.LibrarySeedsOnly) and seeds.path == "lib"
+    assert seeds.best(relax_matmul(), host_cpu_target()) is None  # nothing applied unmeasured
+    assert "budget-optimize-nhwc-cold" in budget.GRAPH_ARMS
