@@ -40,10 +40,9 @@ def best_records(database: ms.Database, min_ms: float) -> list[ms.database.Tunin
     return best
 
 
-def remeasure(records, target, repeats: int) -> list[list[float]]:
-    """Seconds of each record's schedule, measured `repeats` times, interleaved over the records."""
-    builder, runner = shared_builder(), ms.runner.LocalRunner()
-    inputs = []
+def runner_inputs(records, target) -> list[ms.runner.RunnerInput]:
+    """Each record's schedule built again, as a runner input."""
+    builder, inputs = shared_builder(), []
     for record in records:
         sch = tvm.s_tir.Schedule(record.workload.mod)
         record.trace.apply_to_schedule(sch, remove_postproc=False)
@@ -53,11 +52,21 @@ def remeasure(records, target, repeats: int) -> list[list[float]]:
         device_type = "cpu" if target.kind.name == "llvm" else target.kind.name  # as measure.device_for does
         inputs.append(ms.runner.RunnerInput(built.artifact_path, device_type,
                                             ms.arg_info.ArgInfo.from_entry_func(sch.mod)))
-    times: list[list[float]] = [[] for _ in records]
+    return inputs
+
+
+def remeasure(records, target, repeats: int,
+              runners: dict[str, ms.Runner] | None = None) -> dict[str, list[list[float]]]:
+    """Seconds of each record's schedule, measured `repeats` times by each of `runners` (default: MetaSchedule's
+    LocalRunner as "local"), interleaved over the records and the runners: {runner name: [times per record]}."""
+    runners = runners or {"local": ms.runner.LocalRunner()}
+    inputs = runner_inputs(records, target)
+    times: dict[str, list[list[float]]] = {name: [[] for _ in records] for name in runners}
     for _ in range(repeats):
         for i, inp in enumerate(inputs):
-            result = runner.run([inp])[0].result()
-            times[i].append(record_seconds(result.run_secs) if result.error_msg is None else float("nan"))
+            for name, runner in runners.items():
+                result = runner.run([inp])[0].result()
+                times[name][i].append(record_seconds(result.run_secs) if result.error_msg is None else float("nan"))
     return times
 
 
@@ -71,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     target = measure.parse_target(args.target)
     records = best_records(TuningDatabase(args.work_dir).open(), args.min_ms)
-    times = remeasure(records, target, args.repeats)
+    times = remeasure(records, target, args.repeats)["local"]
     rows = []
     print(f"{'kernel arguments':<52}{'recorded ms':>12}{'now ms (median)':>17}{'now / recorded':>16}")
     for record, seconds in zip(records, times):

@@ -44,7 +44,7 @@ def retimed_database(source: ms.Database, out: Path, top: int, repeats: int, min
         else:
             keep.append(best[0])
     start = time.monotonic()
-    times = remeasure(heavy, target, repeats)
+    times = remeasure(heavy, target, repeats)["local"]
     seconds = time.monotonic() - start
     database = TuningDatabase(out).open()
     report: dict[str, list] = {}
