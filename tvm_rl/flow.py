@@ -183,7 +183,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
              rtol: float = 1e-3, atol: float = 1e-3, cost_model: str | None = None,
              graph_rounds: int = 1, fast_math: bool | None = None, budget: int | None = None,
              minutes: float | None = None, library: str | Path | None = "default",
-             channels_last: bool | None = None) -> Optimized:
+             channels_last: bool | None = None, measurement: str = "warm") -> Optimized:
     """Optimize `model` for `target`; everything it writes goes under `work_dir` (None: `paths.work_dir()`; database in
     `work_dir/tuning/<target kind>`, report in `work_dir/optimize_<name>.json`). `policy` chooses the graph
     pass's rewrites, as `RLRewritePass(policy=...)` takes it: None is `tvm_rl.graph.arms.DEFAULT_ARM`
@@ -206,12 +206,17 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
     targets, where it was measured faster, off for GPUs; without `rewrite`, off). `library` is the schedule library
     the tuning starts from (`tune_workloads(library=...)`): by default the one shipped for the target kind where one
     ships (CPUs; its kernels measured on its CPU are applied unmeasured only on that CPU, elsewhere its schedules
-    are measured first), a library file, or None for none."""
+    are measured first), a library file, or None for none. `measurement` is how the tuner times candidates: "warm"
+    (MetaSchedule's default: calls repeated, weights cached) or "cold" (CPU only: single calls, the weights flushed
+    from the cache before each, as inside a model; `tune.runner.cold_runner`; the library's warm-timed records then
+    seed the search instead of being applied unmeasured)."""
     from .tune import tune_model
     from .tune.cost_model import from_spec as cost_model_from_spec
     from .tune.library import open_library
+    from .tune.runner import runner_for
 
     target = measure.parse_target(target)
+    tuning_runner = runner_for(target, measurement)
     whole_model = budget is not None or minutes is not None
     library = open_library(library, target.kind.name)  # read once, before any slow step
     work = Path(work_dir) if work_dir is not None else paths.work_dir()
@@ -256,7 +261,7 @@ def optimize(model, target: tvm.target.Target | str = "llvm", example_inputs: Se
                                      trials_per_iter=8 if whole_model else min(8, trials_per_kernel),
                                      strategy=strategy, seed=seed,
                                      cost_model=cost_model_from_spec(cost_model, seed, target.kind.name),
-                                     budget=budget, minutes=minutes, library=library)
+                                     budget=budget, minutes=minutes, library=library, runner=tuning_runner)
         report.kernels_tuned += tuned.tasks
         report.trials_measured += tuned.measured
         report.kernels_from_library += len(tuned.from_library)

@@ -6,7 +6,7 @@ import argparse
 from . import paths
 from .graph import defaults
 from .tune import search_strategy
-from .tune.command import add_budget_arguments, add_library_argument
+from .tune.command import add_budget_arguments, add_library_argument, add_measure_argument
 
 
 def _shape(text: str) -> tuple[str, list[int]]:
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
     ap.add_argument("--trials", type=int, default=16, help="measured trials per kernel (default 16)")
     add_budget_arguments(ap)
     add_library_argument(ap)
+    add_measure_argument(ap)
     ap.add_argument("--strategy", default=None,
                     help=f"search strategy: {', '.join(search_strategy.names())} (default {search_strategy.DEFAULT})")
     ap.add_argument("--cost-model", default=None, metavar="MODEL",
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl optimize") -> int:
                    rewrite_seconds=args.rewrite_seconds, trials_per_kernel=args.trials, strategy=args.strategy,
                    seed=args.seed, cost_model=args.cost_model, graph_rounds=args.graph_rounds,
                    fast_math=args.fast_math, budget=args.budget, minutes=args.minutes,
-                   library=args.library, channels_last=args.channels_last)
+                   library=args.library, channels_last=args.channels_last, measurement=args.measure)
     print(out.report.summary())
     if args.export:
         print(f"exported {out.export(args.export)} (tvm.runtime.load_module + relax.VirtualMachine)")

@@ -28,8 +28,9 @@
   held against the shipped one in one run.
 - `budget-optimize-nhwc-cold`: `budget-optimize-nhwc` with every candidate timed as inside a model
   (`tvm_rl.tune.runner.cold_runner`: single calls, the weights flushed from the cache before each) instead of
-  MetaSchedule's default (calls repeated for 100 ms, weights cached). The library's records were timed warm, so
-  they are not applied unmeasured: they seed the first batches (`LibrarySeedsOnly`), measured like the rest.
+  MetaSchedule's default (calls repeated for 100 ms, weights cached), as `tvm-rl optimize --measure cold` runs. The
+  library's records were timed warm, so `tune_workloads` does not apply them unmeasured under a cold runner: they
+  are among the first candidates, measured like the rest.
 - `budget-optimize-nhwc-pop128`: `budget-optimize-nhwc` with evolutionary search's population 128 (not 512).
 - `budget-ms-static`: `budget-metaschedule` on the module TVM's own tuning pipeline
   (`relax.pipeline.static_shape_tuning_pipeline`) tunes: batch norms decomposed for inference
@@ -162,10 +163,9 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
         strategy = search_strategy.evolutionary(seed, population=128)
         allocation = allocation.removesuffix("+pop128")
     runner: ms.Runner | str = "local"
-    if allocation.endswith("+cold"):  # timed as inside a model; the library's warm-timed records only seed
+    if allocation.endswith("+cold"):  # timed as inside a model
         runner = cold_runner(target)
         allocation = allocation.removesuffix("+cold")
-        library = LibrarySeedsOnly(library) if library is not None else None
     if allocation.endswith("+stock-space"):
         with design_space.epilogue_fusion(False):
             return tune_budget(arm.removesuffix("-stock"), mod, target, folder, budget, seed, trials_per_iter,
@@ -208,17 +208,6 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
         kernels = [t for t in extract_tasks(mod, target) if not op_filter or op_filter in t.task_name]
         return tune_model(mod, target, folder, trials_per_kernel=max(1, budget // max(1, len(kernels))), **common)
     return tune_like_metaschedule(mod, target, folder, budget, seed, op_filter, before_tuning, after_batch)
-
-
-class LibrarySeedsOnly(ScheduleLibrary):
-    """A schedule library whose records of the exact kernels are not applied unmeasured (`best` finds none): its
-    schedules still seed each kernel's first batches, where they are measured as the run measures everything."""
-
-    def __init__(self, library: ScheduleLibrary | str | Path):
-        super().__init__(library.path if isinstance(library, ScheduleLibrary) else library)
-
-    def best(self, mod, target):
-        return None
 
 
 def tune_like_metaschedule(mod, target, folder: Path, budget: int, seed: int, op_filter: str | None = None,

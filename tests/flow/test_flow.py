@@ -117,6 +117,22 @@ def test_cli_optimize_passes_the_cost_model_on(monkeypatch):
     assert seen == ["xgb-pretrained", None]
 
 
+def test_cli_optimize_passes_the_measurement_on(monkeypatch):
+    """`--measure cold` reaches `optimize` as `measurement` ("warm" when not given)."""
+    import tvm_rl.flow
+    from tvm_rl.cli import main
+
+    seen = []
+
+    class Out:
+        report = tvm_rl.flow.OptimizeReport("m", "llvm")
+
+    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k["measurement"]), Out())[1])
+    assert main(["optimize", "--model", "resnet18", "--measure", "cold"]) == 0
+    assert main(["optimize", "--model", "resnet18"]) == 0
+    assert seen == ["cold", "warm"]
+
+
 @pytest.mark.parametrize("option, shown", [("fast_math", "fast math"), ("channels_last", "channels-last")])
 def test_cli_optimize_passes_on_switches(monkeypatch, option, shown):
     """`--fast-math` / `--no-fast-math` (and `--channels-last` / ...) reach `optimize`; None (the target's default)

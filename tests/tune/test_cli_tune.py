@@ -37,3 +37,19 @@ def test_tune_tophub_tasks_then_resume(tmp_path, capsys):
     if len(records) == 4:  # a full budget: the rerun finds it done and measures nothing
         assert main(args) == 0
         assert "0 tuned, 1 already had 4 trials" in capsys.readouterr().out
+
+
+def test_measure_cold_reaches_the_tuner_and_is_refused_with_a_remote_runner(monkeypatch, capsys):
+    import tvm_rl.tune.command as command
+    from tvm_rl.tune.runner import is_cold
+    from tvm_rl.tune.tasks import TuneReport
+
+    seen = []
+    monkeypatch.setattr(command, "tune_model", lambda *a, **k: seen.append(k["runner"]) or (None, TuneReport()))
+    assert main(["tune", "--model", "resnet18", "--measure", "cold"]) == 0
+    assert main(["tune", "--model", "resnet18"]) == 0
+    assert is_cold(seen[0]) and seen[1] == "local"
+    with pytest.raises(SystemExit):
+        main(["tune", "--model", "resnet18", "--measure", "cold", "--rpc-tracker", "h:9190", "--rpc-key", "k"])
+    assert "--measure cold flushes this machine's caches" in capsys.readouterr().err
+

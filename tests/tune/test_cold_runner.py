@@ -23,3 +23,32 @@ def test_a_kernel_tuned_with_the_cold_runner_keeps_each_single_call(cpu, tmp_pat
     records = TuningDatabase(tmp_path).open().get_all_tuning_records()
     assert len(records) == 2
     assert all(len(r.run_secs) == COLD_REPEAT and all(float(s) > 0 for s in r.run_secs) for r in records)
+
+
+def test_runner_for_names_warm_and_cold_and_refuses_cold_on_a_gpu(cpu):
+    from tvm_rl.errors import TvmRlError
+    from tvm_rl.tune.runner import is_cold, runner_for
+
+    assert runner_for(cpu, "warm") == "local" and not is_cold("local")
+    assert is_cold(runner_for(cpu, "cold"))
+    with pytest.raises(TvmRlError, match="a cuda target measures warm"):
+        runner_for(tvm.target.Target("cuda"), "cold")
+    with pytest.raises(TvmRlError, match="measure must be one of warm, cold"):
+        runner_for(cpu, "hot")
+
+
+def test_a_cold_run_measures_a_librarys_exact_record_instead_of_applying_its_warm_time(cpu, tmp_path):
+    from tvm_rl.tune.library import build_library
+
+    tune_workloads([("mm", matmul(16), 1.0)], cpu, tmp_path / "warm", trials_per_kernel=2, trials_per_iter=2,
+                   strategy="random", cost_model="xgb")
+    library = build_library([tmp_path / "warm"], tmp_path / "library.jsonl.gz")
+    _, warm = tune_workloads([("mm", matmul(16), 1.0)], cpu, tmp_path / "warm-again", trials_per_kernel=2,
+                             trials_per_iter=2, cost_model="xgb", library=library)
+    assert warm.from_library == ["mm"]  # the same library under the warm runner: applied unmeasured
+    _, cold = tune_workloads([("mm", matmul(16), 1.0)], cpu, tmp_path / "cold", trials_per_kernel=2,
+                             trials_per_iter=2, cost_model="xgb", library=library, runner=cold_runner(cpu))
+    folder = TuningDatabase(tmp_path / "cold")
+    assert cold.from_library == [] and folder.read_from_library() == {}
+    records = folder.open().get_all_tuning_records()
+    assert records and all(len(r.run_secs) == COLD_REPEAT for r in records)  # every record timed cold

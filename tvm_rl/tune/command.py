@@ -8,6 +8,7 @@ from pathlib import Path
 from .. import paths
 from ..measure import host_cpu_target, parse_target
 from . import cost_model, search_strategy
+from .runner.cold import MEASURES, runner_for
 from .tasks import tune_model, tune_workloads
 
 
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
     ap.add_argument("--trials", type=int, default=32, help="measured trials per kernel (default 32)")
     add_budget_arguments(ap, "the whole model (or task list)")
     add_library_argument(ap)
+    add_measure_argument(ap)
     ap.add_argument("--per-iter", type=int, default=8, help="candidates measured per round (default 8)")
     ap.add_argument("--op-filter", default=None, help="only kernels whose name contains this")
     ap.add_argument("--seed", type=int, default=0)
@@ -66,8 +68,10 @@ def main(argv: list[str] | None = None, prog: str = "tvm-rl tune") -> int:
 
     target = host_cpu_target() if args.target == "llvm" else parse_target(args.target)
     work_dir = Path(args.work_dir) if args.work_dir else paths.work_dir() / "tuning" / target.kind.name
-    runner = "local"
+    runner = runner_for(target, args.measure)
     if args.rpc_tracker or args.rpc_key:
+        if args.measure != "warm":
+            ap.error("--measure cold flushes this machine's caches: it does not reach devices behind an RPC tracker")
         runner = _remote_runner(args, ap)
         if runner is None:
             return 2
@@ -124,6 +128,15 @@ def add_library_argument(ap: argparse.ArgumentParser) -> None:
                          "unmeasured, the others its schedules of their kind among their first candidates; a file "
                          "(`tvm-rl library build`), `shipped`, or `none` (default: the one shipped for the target "
                          "kind where one ships: CPUs)")
+
+
+def add_measure_argument(ap: argparse.ArgumentParser) -> None:
+    """--measure (`runner.runner_for`), for a command that tunes on this machine."""
+    ap.add_argument("--measure", default="warm", choices=MEASURES,
+                    help="how candidates are timed: warm (MetaSchedule's default: calls repeated, weights cached) or "
+                         "cold (CPU only: single calls, the weights flushed from the cache before each, as inside a "
+                         "model; the library's warm-timed records then seed the search instead of being applied "
+                         "unmeasured; default warm)")
 
 
 def _remote_runner(args: argparse.Namespace, ap: argparse.ArgumentParser):

@@ -30,7 +30,7 @@ from .design_space import guarded, space_generator
 from .intrin import preload_tensor_intrinsics
 from .library import ScheduleLibrary, open_library
 from .measure_callback import AfterBatch, ProgressLine, StopOnInterrupt
-from .runner import CheckedRunner, FailureLog, PersistentBuilder
+from .runner import CheckedRunner, FailureLog, PersistentBuilder, is_cold
 from .search_strategy.budget_cap import BudgetCap
 from .search_strategy.exhaustion import StopWhenExhausted, skip_measured_until_exhausted
 from .search_strategy.seeded import Seeded
@@ -167,7 +167,9 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     gets that record with no measurement (listed in `from_library.json`; it counts against neither
     `trials_per_kernel` nor `budget`), and with evolutionary search up to half of each kernel's first batch is the
     library's schedules for its kind of kernel, the best by the cost model (`search_strategy.seeded`). None (the
-    default here; `optimize` and the CLI start from the shipped one) starts every kernel from nothing.
+    default here; `optimize` and the CLI start from the shipped one) starts every kernel from nothing. A library's
+    times were measured warm, so with a cold-cache `runner` (`runner.cold_runner`) its exact records are not
+    applied: they are among the first candidates, measured like the rest.
     `allocator` ranks a whole-model budget's measured kernels by a learned gain model (`batch_gain.open_gain_model`:
     a GainModel, its file, or "shipped") instead of MetaSchedule's gradient rule (None, the default).
     """
@@ -183,7 +185,7 @@ def tune_workloads(workloads: Sequence[tuple[str, tvm.IRModule, float]], target:
     report = TuneReport()
     library = open_library(library, target.kind.name)
     gain_model = open_gain_model(allocator, target.kind.name) if budget is not None or minutes is not None else None
-    if library is not None:
+    if library is not None and not is_cold(runner):  # its records were timed warm: under a cold runner they seed
         report.from_library = library.apply_to(folder, [w for w in workloads if not op_filter or op_filter in w[0]],
                                                target)
     from_library = folder.read_from_library()

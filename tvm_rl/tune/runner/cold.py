@@ -11,6 +11,9 @@ from __future__ import annotations
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
+from ...errors import TvmRlError
+
+MEASURES = ("warm", "cold")  # what `runner_for` takes: MetaSchedule's default, or this module's
 COLD_REPEAT = 7  # single calls per candidate; the record keeps each and `record_seconds` averages them
 
 
@@ -29,4 +32,22 @@ def cold_runner(target: tvm.target.Target, repeat: int = COLD_REPEAT,
     return ms.runner.LocalRunner(timeout_sec=timeout_sec, evaluator_config=cold_evaluator(target, repeat))
 
 
-__all__ = ["COLD_REPEAT", "cold_evaluator", "cold_runner"]
+def is_cold(runner: ms.Runner | str) -> bool:
+    """Whether `runner` times candidates with the CPU cache flushed (records not comparable with warm ones)."""
+    config = getattr(runner, "evaluator_config", None)
+    return bool(config is not None and config.enable_cpu_cache_flush)
+
+
+def runner_for(target: tvm.target.Target, measure: str) -> ms.Runner | str:
+    """The local runner for `measure`: "warm" (MetaSchedule's default, "local") or "cold" (`cold_runner`, CPU
+    targets only: a GPU has no cache flush)."""
+    if measure not in MEASURES:
+        raise TvmRlError(f"measure must be one of {', '.join(MEASURES)} (got {measure!r})")
+    if measure == "warm":
+        return "local"
+    if target.kind.name != "llvm":
+        raise TvmRlError(f"cold-cache measurement flushes a CPU's caches; a {target.kind.name} target measures warm")
+    return cold_runner(target)
+
+
+__all__ = ["COLD_REPEAT", "MEASURES", "cold_evaluator", "cold_runner", "is_cold", "runner_for"]
