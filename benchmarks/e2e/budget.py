@@ -31,6 +31,9 @@
   MetaSchedule's default (calls repeated for 100 ms, weights cached), as `tvm-rl optimize --measure cold` runs. The
   library's records were timed warm, so `tune_workloads` does not apply them unmeasured under a cold runner: they
   are among the first candidates, measured like the rest.
+- `budget-optimize-nhwc-wsplit`: `budget-optimize-nhwc` with a kernel whose weight exceeds a core's L2 kept from
+  parallelising over output rows or pixels (`design_space.SPLIT_LARGE_WEIGHTS`, `tune.weight_split`): each core
+  streams its share of the weight once instead of the whole weight once per row.
 - `budget-optimize-nhwc-pop128`: `budget-optimize-nhwc` with evolutionary search's population 128 (not 512).
 - `budget-ms-static`: `budget-metaschedule` on the module TVM's own tuning pipeline
   (`relax.pipeline.static_shape_tuning_pipeline`) tunes: batch norms decomposed for inference
@@ -91,6 +94,7 @@ BUDGET_ARMS = {"budget-ours": ("evolutionary", True, "latency-share"),
                "budget-optimize-nhwc-learned": ("evolutionary", True, "latency-share+library+learned-allocator"),
                "budget-optimize-nhwc-pop128": ("evolutionary", True, "latency-share+library+pop128"),
                "budget-optimize-nhwc-cold": ("evolutionary", True, "latency-share+library+cold"),
+               "budget-optimize-nhwc-wsplit": ("evolutionary", True, "latency-share+library+weight-split"),
                "budget-ms-static": ("evolutionary", False, "metaschedule")}
 GRAPH_FILE = "graph.json"  # that module, in the run's folder, so that a resumed run and its timing use the same one
 METASCHEDULE_PER_ITER = 64  # tune_relax's default num_trials_per_iter
@@ -143,6 +147,7 @@ GRAPH_ARMS: dict[str, Callable[[tvm.IRModule, object, int], tvm.IRModule]] = {
     "budget-optimize-nhwc-learned": _optimize_graph(True),
     "budget-optimize-nhwc-pop128": _optimize_graph(True),
     "budget-optimize-nhwc-cold": _optimize_graph(True),
+    "budget-optimize-nhwc-wsplit": _optimize_graph(True),
     "budget-ms-static": lambda mod, target, seed: static_shape_stage(mod)}
 
 
@@ -173,6 +178,10 @@ def tune_budget(arm: str, mod, target, folder: Path, budget: int, seed: int, tri
     if allocation.endswith("+conv-ssrs"):
         with design_space.conv_tiling(True):
             return tune_budget(arm.removesuffix("-ssrs"), mod, target, folder, budget, seed, trials_per_iter,
+                               cost_model, op_filter, before_tuning, after_batch, library, minutes=minutes)
+    if allocation.endswith("+weight-split"):
+        with design_space.weight_split(True):
+            return tune_budget(arm.removesuffix("-wsplit"), mod, target, folder, budget, seed, trials_per_iter,
                                cost_model, op_filter, before_tuning, after_batch, library, minutes=minutes)
     if allocation.endswith("+shipped"):
         return tune_budget(arm.removesuffix("-shipped"), mod, target, folder, budget, seed, trials_per_iter,

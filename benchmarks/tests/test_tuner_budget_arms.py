@@ -101,17 +101,20 @@ def test_the_optimize_and_ms_static_arms_tune_and_time_their_module_made_once(tm
     assert built[0] is model.mod and built[1] is mod  # TVM default, then the run
 
 
-def test_the_stock_and_ssrs_arms_tune_in_their_spaces_and_switch_back(tmp_path, monkeypatch):
+def test_the_stock_ssrs_and_wsplit_arms_tune_in_their_spaces_and_switch_back(tmp_path, monkeypatch):
     from benchmarks.e2e import budget
     from tvm_rl.tune import design_space
 
     seen = []
     monkeypatch.setattr(budget, "tune_model", lambda *a, **kw: seen.append(
-        (design_space.FUSE_EPILOGUE, design_space.CONV_SSRS)) or (None, None))
-    for arm in ("budget-optimize-nhwc-stock", "budget-optimize-nhwc-ssrs", "budget-optimize-nhwc"):
+        (design_space.FUSE_EPILOGUE, design_space.CONV_SSRS, design_space.SPLIT_LARGE_WEIGHTS)) or (None, None))
+    for arm in ("budget-optimize-nhwc-stock", "budget-optimize-nhwc-ssrs", "budget-optimize-nhwc-wsplit",
+                "budget-optimize-nhwc"):
         tune_budget(arm, relax_matmul(), host_cpu_target(), tmp_path, 4, 0, 2, "xgb", None, None, None, "lib")
-    assert seen == [(False, False), (True, True), (True, False)]
-    assert design_space.FUSE_EPILOGUE is True and design_space.CONV_SSRS is False
+    assert seen == [(False, False, False), (True, True, False), (True, False, True), (True, False, False)]
+    assert (design_space.FUSE_EPILOGUE, design_space.CONV_SSRS, design_space.SPLIT_LARGE_WEIGHTS) == (
+        True, False, False)
+    assert "budget-optimize-nhwc-wsplit" in budget.GRAPH_ARMS
 
 
 def test_the_shipped_library_arm_starts_from_the_shipped_library_whatever_library_is_given(tmp_path, monkeypatch):

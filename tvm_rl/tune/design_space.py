@@ -29,6 +29,7 @@ from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
 
 from .. import measure
 from .tir_blocks import blocks
+from .weight_split import WeightSplitParallel, l2_bytes, large_weight
 
 LAYOUT_FREE = "layout_free_placeholders"
 
@@ -163,6 +164,9 @@ GEMM_REUSE_WRITE = {"req": "may", "levels": [1, 2], "scope": "global"}
 FUSE_EPILOGUE = True
 # Whether `space_generator` tiles a `packed_conv` (1x1) workload as GEMM_TILING too (an experiment's switch).
 CONV_SSRS = False
+# Whether `space_generator` keeps a kernel whose weight exceeds L2 from parallelising over output rows or pixels
+# (`weight_split.WeightSplitParallel`).
+SPLIT_LARGE_WEIGHTS = False
 
 
 @contextlib.contextmanager
@@ -186,26 +190,38 @@ def conv_tiling(ssrs: bool) -> contextlib.AbstractContextManager[None]:
     return _switched("CONV_SSRS", ssrs)
 
 
+def weight_split(on: bool) -> contextlib.AbstractContextManager[None]:
+    """SPLIT_LARGE_WEIGHTS set to `on` inside the block and restored after it."""
+    return _switched("SPLIT_LARGE_WEIGHTS", on)
+
+
 def space_generator(target: tvm.target.Target, guard: bool = True, mod: tvm.IRModule | None = None,
-                    fuse_epilogue: bool | None = None, conv_ssrs: bool | None = None) -> ms.SpaceGenerator | str:
+                    fuse_epilogue: bool | None = None, conv_ssrs: bool | None = None,
+                    split_weights: bool | None = None) -> ms.SpaceGenerator | str:
     """MetaSchedule's default design space for `target` ("post-order-apply"); on CPU its multi-level tiling
     wrapped in `FusedEpilogueTiling` where `fuse_epilogue` (None: FUSE_EPILOGUE), with `guard` `RewriteLayout`
     replaced by `GuardedRewriteLayout` (unless `mod` is given and marks no intermediate buffer layout-free), and
     for a `packed_gemm` workload `mod` its multi-level tiling as GEMM_TILING (a `packed_conv` one too where
-    `conv_ssrs`, None: CONV_SSRS). Pass it as a TuneContext's `space_generator`, and check the candidates of the
-    `guarded` workloads."""
+    `conv_ssrs`, None: CONV_SSRS); where `split_weights` (None: SPLIT_LARGE_WEIGHTS) and `mod` reads a weight
+    larger than this machine's L2, `WeightSplitParallel` rejects the schedules that parallelise it over output rows
+    or pixels. Pass it as a TuneContext's `space_generator`, and check the candidates of the `guarded` workloads."""
     if measure.is_gpu(target):
         return "post-order-apply"
     fuse_epilogue = FUSE_EPILOGUE if fuse_epilogue is None else fuse_epilogue
     conv_ssrs = CONV_SSRS if conv_ssrs is None else conv_ssrs
+    split_weights = SPLIT_LARGE_WEIGHTS if split_weights is None else split_weights
     gemm = mod is not None and (packed_gemm(mod) or (conv_ssrs and packed_conv(mod)))
-    if not guard and not gemm and not fuse_epilogue:
+    # Like the guard below, a Python postprocessor runs for every candidate: added only where it has work.
+    split = split_weights and mod is not None and large_weight(mod, l2_bytes()) is not None
+    if not guard and not gemm and not fuse_epilogue and not split:
         return "post-order-apply"
     # The guard is a Python postprocessor, called back from MetaSchedule's worker threads for every candidate a
     # search round samples or mutates: a workload known not to need it keeps MetaSchedule's own.
     needs_guard = guard and (mod is None or bool(intermediate_layout_free(mod)))
     postprocs = [GuardedRewriteLayout() if needs_guard and isinstance(p, ms.postproc.RewriteLayout) else p
                  for p in ms.Postproc.create("llvm")]
+    if split:
+        postprocs.append(WeightSplitParallel())
     tiling = {}
     if gemm:
         tiling = dict(GEMM_TILING, reuse_write=ms.schedule_rule.ReuseType(**GEMM_REUSE_WRITE))
