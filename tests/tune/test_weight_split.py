@@ -122,3 +122,19 @@ def test_l2_comes_from_the_environment_or_linux(monkeypatch, tmp_path):
     assert ws.l2_bytes() == 1 << 20
     monkeypatch.setattr(ws, "_CPU_CACHES", tmp_path / "absent")
     assert ws.l2_bytes() is None
+
+
+def test_an_elementwise_kernel_reading_a_large_constant_is_not_guarded(cpu):
+    # x[4, 1] * w[1, 4096]: w is a layout-free constant larger than this L2 and the rows do not index it, but
+    # nothing is reduced, so no weight is streamed again per row.
+    w = np.random.default_rng(0).standard_normal((1, 4096)).astype("float32")
+    x = relax.Var("x", relax.TensorType((4, 1), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.multiply(x, relax.const(w)))
+        bb.emit_func_output(y)
+    (task,) = extract_tasks(bb.get(), cpu)
+    mod = task.dispatched[0]
+    assert list(mod["main"].attrs["layout_free_buffers"])  # the constant is marked, as a weight is
+    assert large_weight(mod, 1000) is None
