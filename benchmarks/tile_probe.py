@@ -28,7 +28,7 @@ from tvm_rl.database import TuningDatabase, record_seconds
 from tvm_rl.tune import extract_tasks
 from tvm_rl.tune.cost_model import from_spec
 from tvm_rl.tune.design_space import space_generator
-from tvm_rl.tune.knob_trace import _norm as norm  # a decision as plain ints (a tile as a tuple)
+from tvm_rl.tune.knob_trace import plain_literal as norm  # a decision as plain ints (a tile as a tuple)
 from tvm_rl.tune.knobs import TILE, KnobError, KnobSpace, to_candidate
 from tvm_rl.tune.runner import cold_runner
 from tvm_rl.tune.tasks import shared_builder

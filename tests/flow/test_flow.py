@@ -101,8 +101,13 @@ def test_cli_optimize_passes_the_graph_policy_on(monkeypatch, capsys):
     assert f"default {arms.DEFAULT_ARM}" in " ".join(capsys.readouterr().out.split())
 
 
-def test_cli_optimize_passes_the_cost_model_on(monkeypatch):
-    """`--cost-model` reaches `optimize` (None when not given: MetaSchedule's XGBModel)."""
+@pytest.mark.parametrize("flag, value, keyword, default", [
+    ("--cost-model", "xgb-pretrained", "cost_model", None),  # None: MetaSchedule's XGBModel
+    ("--measure", "cold", "measurement", "warm"),
+])
+def test_cli_optimize_passes_an_option_on(monkeypatch, flag, value, keyword, default):
+    """`--cost-model` and `--measure` reach `optimize` (as `cost_model` and `measurement`), their defaults when not
+    given."""
     import tvm_rl.flow
     from tvm_rl.cli import main
 
@@ -111,26 +116,10 @@ def test_cli_optimize_passes_the_cost_model_on(monkeypatch):
     class Out:
         report = tvm_rl.flow.OptimizeReport("m", "llvm")
 
-    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k["cost_model"]), Out())[1])
-    assert main(["optimize", "--model", "resnet18", "--cost-model", "xgb-pretrained"]) == 0
+    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k[keyword]), Out())[1])
+    assert main(["optimize", "--model", "resnet18", flag, value]) == 0
     assert main(["optimize", "--model", "resnet18"]) == 0
-    assert seen == ["xgb-pretrained", None]
-
-
-def test_cli_optimize_passes_the_measurement_on(monkeypatch):
-    """`--measure cold` reaches `optimize` as `measurement` ("warm" when not given)."""
-    import tvm_rl.flow
-    from tvm_rl.cli import main
-
-    seen = []
-
-    class Out:
-        report = tvm_rl.flow.OptimizeReport("m", "llvm")
-
-    monkeypatch.setattr(tvm_rl.flow, "optimize", lambda *a, **k: (seen.append(k["measurement"]), Out())[1])
-    assert main(["optimize", "--model", "resnet18", "--measure", "cold"]) == 0
-    assert main(["optimize", "--model", "resnet18"]) == 0
-    assert seen == ["cold", "warm"]
+    assert seen == [value, default]
 
 
 @pytest.mark.parametrize("option, shown", [("fast_math", "fast math"), ("channels_last", "channels-last")])
