@@ -1,0 +1,42 @@
+"""benchmarks/weight_split_audit.py: a run's large-weight kernels, their records sorted into weight-splitting and
+weight-replicating schedules."""
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+
+from benchmarks import weight_split_audit
+from tvm_rl.database import TuningDatabase
+from tvm_rl.tune import extract_tasks
+
+
+def conv_model() -> tvm.IRModule:
+    """A channels-last 3x3 conv, 16 -> 32 channels on 6x6, its 18,432-byte weight a constant."""
+    w = np.random.default_rng(0).standard_normal((32, 3, 3, 16)).astype("float32")
+    x = relax.Var("x", relax.TensorType((1, 6, 6, 16), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(w), padding=1, data_layout="NHWC",
+                                                  kernel_layout="OHWI"))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def test_records_are_sorted_by_whether_they_replicate_the_weight(tmp_path, cpu):
+    graph = conv_model()
+    (tmp_path / "graph.json").write_text(tvm.ir.save_json(graph))
+    (task,) = [t for t in extract_tasks(graph, cpu) if "conv2d" in t.task_name]
+    mod = task.dispatched[0]
+    database = TuningDatabase(tmp_path).open()
+    workload = database.commit_workload(mod)
+    for axis, seconds in ((1, 1e-3), (3, 2e-3), (2, 3e-3)):  # rows, channels, columns in parallel
+        sch = tvm.s_tir.Schedule(mod)
+        sch.parallel(sch.get_loops(sch.get_sblock("conv2d_nhwc"))[axis])
+        database.commit_tuning_record(ms.database.TuningRecord(
+            sch.trace, workload, [seconds], cpu, ms.arg_info.ArgInfo.from_prim_func(mod["main"])))
+    (row,) = weight_split_audit.audit_run(tmp_path, cpu, l2=5000)  # the padded input, 4,096 bytes, fits
+    assert row["kernel"] == task.task_name and row["best_splits"] is False
+    assert (row["split_records"], row["replicating_records"]) == (1, 2)
+    assert (row["best_ms"], row["best_split_ms"], row["best_replicating_ms"]) == (1.0, 2.0, 1.0)
+    assert weight_split_audit.audit_run(tmp_path, cpu, l2=1 << 20) == []  # the weight fits: nothing to audit
