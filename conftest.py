@@ -4,7 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from tvm_rl import measure
+# The suite runs on PYTEST_WORKERS processes (2 on CI's 2 cores): one TVM thread each, as TVM's own default gave
+# there before tvm_rl sized its thread pool to the cores (tvm_rl.threads), so that workers do not oversubscribe.
+os.environ.setdefault("TVM_NUM_THREADS", "1")
+
+from tvm_rl import measure  # noqa: E402
 
 # CI keeps TVM's TopHub logs beside the checkout (they are data, never committed). The package itself reads only
 # $TVM_RL_TOPHUB_DIR or ~/.tvm/tophub, so the tests (and the tutorials they run) point the variable there.

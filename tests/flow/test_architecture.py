@@ -14,7 +14,7 @@ PACKAGE = Path(tvm_rl.__file__).resolve().parent
 
 # Each layer may import only from the layers named for it (beside itself and third-party packages).
 LAYERS = {
-    "base": {"errors", "paths", "interrupt", "measure", "database", "fast_math"},
+    "base": {"errors", "paths", "threads", "interrupt", "measure", "database", "fast_math"},
     "models": {"models"},
     "rl": {"rl"},
     "graph": {"graph"},
