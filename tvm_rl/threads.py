@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 THREADS_ENV = "TVM_NUM_THREADS"
+OMP_ENV = "OMP_NUM_THREADS"  # TVM's runtime reads it when TVM_NUM_THREADS is unset
 
 
 def cpu_threads() -> int:
@@ -27,9 +28,10 @@ def cpu_threads() -> int:
 
 
 def use_all_cores() -> int | None:
-    """Set `TVM_NUM_THREADS` to `cpu_threads()` unless it is set already; returns the value set, or None when the
-    user's is kept. Has no effect on a TVM thread pool that has already started."""
-    if os.environ.get(THREADS_ENV):
+    """Set `TVM_NUM_THREADS` to `cpu_threads()` unless it or `OMP_NUM_THREADS` (which TVM also reads) is set
+    already; returns the value set, or None when the user's is kept. Has no effect on a TVM thread pool that has
+    already started."""
+    if os.environ.get(THREADS_ENV) or os.environ.get(OMP_ENV):
         return None
     threads = cpu_threads()
     os.environ[THREADS_ENV] = str(threads)

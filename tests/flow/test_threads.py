@@ -8,10 +8,10 @@ from tvm_rl import threads
 PROBE = "import tvm_rl, tvm; print(tvm.get_global_func('runtime.NumThreads')())"
 
 
-def _threads_in_a_fresh_process(env_value: str | None) -> int:
-    env = {k: v for k, v in os.environ.items() if k != threads.THREADS_ENV}
+def _threads_in_a_fresh_process(env_value: str | None, name: str = threads.THREADS_ENV) -> int:
+    env = {k: v for k, v in os.environ.items() if k not in (threads.THREADS_ENV, threads.OMP_ENV)}
     if env_value is not None:
-        env[threads.THREADS_ENV] = env_value
+        env[name] = env_value
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
     return int(out.stdout.split()[-1])
 
@@ -22,6 +22,7 @@ def test_importing_tvm_rl_gives_tvm_one_thread_per_core():
 
 def test_the_users_thread_count_is_kept():
     assert _threads_in_a_fresh_process("1") == 1
+    assert _threads_in_a_fresh_process("1", threads.OMP_ENV) == 1  # TVM reads OpenMP's when its own is unset
 
 
 def test_cores_are_the_affinity_at_most_the_physical_cores(monkeypatch):
@@ -38,6 +39,7 @@ def test_cores_are_the_affinity_at_most_the_physical_cores(monkeypatch):
 
 def test_use_all_cores_sets_the_variable_only_when_unset(monkeypatch):
     monkeypatch.setattr(threads, "cpu_threads", lambda: 3)
+    monkeypatch.delenv(threads.OMP_ENV, raising=False)
     monkeypatch.setenv(threads.THREADS_ENV, "5")
     assert threads.use_all_cores() is None and os.environ[threads.THREADS_ENV] == "5"
     monkeypatch.delenv(threads.THREADS_ENV)
