@@ -10,7 +10,8 @@ docs/results/kernel_ceiling.md).
 
 `WeightSplitParallel` is a postprocessor that rejects such schedules: for a workload whose weight (a layout-free
 parameter read by its reduction block) is larger than L2 and whose other operands fit in it, a schedule is valid
-only when no weight-independent spatial axis of that block is bound to a parallel loop.
+only when no weight-independent spatial axis of that block is bound to a parallel loop. It is off by default
+(`design_space.SPLIT_LARGE_WEIGHTS`): the whole models it was tried on were not faster (docs/tuner.md).
 """
 from __future__ import annotations
 
