@@ -1,30 +1,16 @@
 """benchmarks/weight_split_audit.py: a run's large-weight kernels, their records sorted into weight-splitting and
 weight-replicating schedules."""
-import numpy as np
 import tvm
-from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from benchmarks import weight_split_audit
+from tests.support.kernels import relax_conv_nhwc
 from tvm_rl.database import TuningDatabase
 from tvm_rl.tune import extract_tasks
 
 
-def conv_model() -> tvm.IRModule:
-    """A channels-last 3x3 conv, 16 -> 32 channels on 6x6, its 18,432-byte weight a constant."""
-    w = np.random.default_rng(0).standard_normal((32, 3, 3, 16)).astype("float32")
-    x = relax.Var("x", relax.TensorType((1, 6, 6, 16), "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(w), padding=1, data_layout="NHWC",
-                                                  kernel_layout="OHWI"))
-        bb.emit_func_output(y)
-    return bb.get()
-
-
 def test_records_are_sorted_by_whether_they_replicate_the_weight(tmp_path, cpu):
-    graph = conv_model()
+    graph = relax_conv_nhwc()  # 16 -> 32 channels on 6x6: an 18,432-byte weight
     (tmp_path / "graph.json").write_text(tvm.ir.save_json(graph))
     (task,) = [t for t in extract_tasks(graph, cpu) if "conv2d" in t.task_name]
     mod = task.dispatched[0]

@@ -33,6 +33,23 @@ def relax_matmul(epilogue: str | None = "add") -> tvm.IRModule:
     return bb.get()
 
 
+def relax_conv_nhwc(size: int = 6, c_in: int = 16, c_out: int = 32) -> tvm.IRModule:
+    """A Relax model: one channels-last 3x3 convolution (padding 1) of a size x size x c_in input by a constant
+    c_out x 3 x 3 x c_in weight (OHWI), which `extract_tasks` marks layout-free."""
+    import numpy as np
+    from tvm import relax
+
+    w = np.random.default_rng(0).standard_normal((c_out, 3, 3, c_in)).astype("float32")
+    x = relax.Var("x", relax.TensorType((1, size, size, c_in), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(w), padding=1, data_layout="NHWC",
+                                                  kernel_layout="OHWI"))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
 def fake_corpus(path, target, sizes=(8, 16, 32), per_workload: int = 12, fail_every: int = 0):
     """A corpus folder (`tune.corpus` layout) without measuring: `per_workload` random schedules of an n^3
     matmul per size, each given a made-up run time that depends on its schedule (every `fail_every`-th one

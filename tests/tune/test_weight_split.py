@@ -6,6 +6,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import Trace
 
+from tests.support.kernels import relax_conv_nhwc
 from tvm_rl.tune import extract_tasks
 from tvm_rl.tune import weight_split as ws
 from tvm_rl.tune.design_space import space_generator
@@ -16,16 +17,8 @@ WEIGHT_BYTES = F * 3 * 3 * C * 4
 
 
 def conv_task(cpu, size: int = H) -> tvm.IRModule:
-    """A channels-last 3x3 convolution with a constant weight, as `extract_tasks` gives it (weight layout-free)."""
-    w = np.random.default_rng(0).standard_normal((F, 3, 3, C)).astype("float32")
-    x = relax.Var("x", relax.TensorType((1, size, size, C), "float32"))
-    bb = relax.BlockBuilder()
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(w), padding=1, data_layout="NHWC",
-                                                  kernel_layout="OHWI"))
-        bb.emit_func_output(y)
-    (task,) = [t for t in extract_tasks(bb.get(), cpu) if "conv2d" in t.task_name]
+    """`relax_conv_nhwc`'s convolution as `extract_tasks` gives it (the constant weight layout-free)."""
+    (task,) = [t for t in extract_tasks(relax_conv_nhwc(size, C, F), cpu) if "conv2d" in t.task_name]
     return task.dispatched[0]
 
 
