@@ -90,7 +90,9 @@ def test_a_deadline_already_passed_measures_nothing(cpu, tmp_path):
 
 @pytest.mark.slow
 def test_a_budget_goes_to_the_heavy_kernel_batch_by_batch_and_resumes(cpu, tmp_path):
-    heavy, light = matmul(32), matmul(8)
+    # 512x the light one's arithmetic, run 8 times as often: a gap no timing noise on a loaded machine closes (at 32
+    # the heavy kernel ran in 0.4 us, and one noisy batch sent the last measurement to the light one).
+    heavy, light = matmul(64), matmul(8)
     path = tmp_path / "database_tuning_record.json"
     seen: list[int] = []
     workloads = [("light", light, 1.0), ("heavy", heavy, 8.0)]
