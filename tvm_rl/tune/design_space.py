@@ -28,7 +28,7 @@ from tvm.s_tir.meta_schedule.postproc import PyPostproc
 from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
 
 from .. import measure
-from .tir_blocks import blocks
+from .tir_blocks import blocks, main_func
 from .weight_split import WeightSplitParallel, l2_bytes, large_weight
 
 LAYOUT_FREE = "layout_free_placeholders"
@@ -136,16 +136,12 @@ def packed_conv(mod: tvm.IRModule) -> bool:
 
 def _long_reductions(mod: tvm.IRModule) -> int:
     """How many reduction axes longer than 1 `mod`'s blocks have in all."""
-    return sum(int(v.iter_type) == 2 and int(v.dom.extent) > 1 for b in blocks(_main(mod)) for v in b.iter_vars)
-
-
-def _main(mod: tvm.IRModule) -> tvm.tirx.PrimFunc:
-    return next(iter(mod.functions.values())) if len(mod.functions) == 1 else mod["main"]
+    return sum(int(v.iter_type) == 2 and int(v.dom.extent) > 1 for b in blocks(main_func(mod)) for v in b.iter_vars)
 
 
 def _reduction_axes(mod: tvm.IRModule) -> list[int] | None:
     """How many reduction axes each of `mod`'s blocks that reduce has; None when no weight is marked layout-free."""
-    func = _main(mod)
+    func = main_func(mod)
     if not list((func.attrs or {}).get("layout_free_buffers", [])):
         return None
     counts = (sum(int(v.iter_type) == 2 for v in b.iter_vars) for b in blocks(func))  # iter_type 2: CommReduce

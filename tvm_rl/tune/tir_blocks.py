@@ -22,3 +22,8 @@ def blocks(func: Any) -> Iterator[Any]:
         for attr in ("body", "block", "then_case", "else_case"):
             todo.append(getattr(node, attr, None))
         todo += list(getattr(node, "seq", []))
+
+
+def main_func(mod: Any) -> Any:
+    """A workload's PrimFunc: its only function, else the one named "main"."""
+    return next(iter(mod.functions.values())) if len(mod.functions) == 1 else mod["main"]

@@ -26,7 +26,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.postproc import PyPostproc
 
-from .tir_blocks import blocks
+from .tir_blocks import blocks, main_func
 
 L2_ENV = "TVM_RL_L2_BYTES"
 _CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -72,7 +72,7 @@ def large_weight(mod: tvm.IRModule, l2: int | None) -> LargeWeight | None:
     """What `WeightSplitParallel` guards in `mod`, or None: no L2 size, no layout-free weight read by a reduction
     block, a weight that fits L2, other operands of that block that do not (then replicating them is the cost), or no
     weight-independent spatial axis."""
-    func = mod["main"] if "main" in [g.name_hint for g in mod.get_global_vars()] else next(iter(mod.functions.values()))
+    func = main_func(mod)
     free = [int(i) for i in (func.attrs or {}).get("layout_free_buffers", [])]
     names = {func.params[i].name for i in free}
     if l2 is None or not names:
